@@ -1,0 +1,3 @@
+module github.com/clefrt/clef
+
+go 1.26

@@ -1,0 +1,44 @@
+// Package quant holds the one table of tensor storage formats: block layout,
+// reference dequantize and quantize, and the activation format each format's
+// dot product reads. It imports nothing from the rest of the module.
+package quant
+
+// Type is a tensor storage format. The values of the GGML formats are ggml's
+// own type ids (enum ggml_type), so they can be written to and read from GGUF
+// files unchanged. Formats that GGUF cannot hold (MLX affine) use ids >= 1000.
+type Type uint32
+
+const (
+	F32  Type = 0
+	F16  Type = 1
+	Q4_0 Type = 2
+	Q4_1 Type = 3
+	Q5_0 Type = 6
+	Q5_1 Type = 7
+	Q8_0 Type = 8
+	Q8_1 Type = 9
+	Q2_K Type = 10
+	Q3_K Type = 11
+	Q4_K Type = 12
+	Q5_K Type = 13
+	Q6_K Type = 14
+	Q8_K Type = 15
+	I8   Type = 24
+	I16  Type = 25
+	I32  Type = 26
+	I64  Type = 27
+	F64  Type = 28
+	BF16 Type = 30
+
+	// MLX affine quantization: packed little-endian uint32 words of Bits-bit
+	// codes along a row, with one scale and one bias per group of GroupSize
+	// elements stored in separate tensors (see weights.Tensor.Scales/Biases).
+	MLXAffine4 Type = 1004
+	MLXAffine8 Type = 1008
+
+	// Plain integer dtypes that only safetensors carries (MLX packs into U32).
+	U8  Type = 1100
+	U16 Type = 1101
+	U32 Type = 1102
+	U64 Type = 1103
+)
