@@ -1,0 +1,58 @@
+# clef — see README.md. `make demo` and `make test` work on a fresh machine.
+
+GO        ?= go
+BIN       ?= bin/clef
+FUZZTIME  ?= 10s
+PKGS      := ./...
+# Packages whose kernels have an arm64 assembly path; run under qemu-user in `test-arm64`.
+ARM64_PKGS := ./quant/... ./engine/cpu/... ./engine/model/... ./engine/tokenizer/...
+
+.PHONY: all build demo test test-unit test-purego test-arm64 fuzz-smoke cross lint deps-check shader-test bench clean
+
+all: build
+
+build:
+	$(GO) build -trimpath -o $(BIN) ./cmd/clef
+
+## demo: one real decision end to end (embedded tiny model unless CLEF_MODEL is set).
+demo:
+	$(GO) run ./cmd/clef demo
+
+## test: everything CI runs.
+test: lint cross test-unit test-purego test-arm64 shader-test fuzz-smoke
+	@echo "make test: all green"
+
+test-unit:
+	$(GO) test -count=1 $(PKGS)
+
+test-purego:
+	$(GO) test -count=1 -tags purego $(PKGS)
+
+test-arm64:
+	@command -v qemu-aarch64 >/dev/null || { echo "qemu-aarch64 missing (apt-get install qemu-user)"; exit 1; }
+	GOARCH=arm64 CGO_ENABLED=0 $(GO) test -count=1 -exec qemu-aarch64 $(ARM64_PKGS)
+
+fuzz-smoke:
+	FUZZTIME=$(FUZZTIME) ./scripts/fuzz-smoke.sh
+
+## cross: every package builds and vets for darwin/arm64 without cgo.
+cross:
+	GOOS=darwin GOARCH=arm64 CGO_ENABLED=0 $(GO) build ./...
+	GOOS=darwin GOARCH=arm64 CGO_ENABLED=0 $(GO) vet ./...
+
+lint: deps-check
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+
+## deps-check: dependencies point one way (cmd -> engine -> quant; no backend in model code).
+deps-check:
+	./scripts/deps-check.sh
+
+bench:
+	$(GO) test -run=NONE -bench=. -benchtime=1x $(PKGS)
+
+-include shaders/shader-test.mk
+
+clean:
+	rm -rf bin
