@@ -2,9 +2,14 @@ module github.com/clefrt/clef
 
 go 1.26.0
 
-require github.com/spf13/cobra v1.10.2
+require (
+	github.com/progrium/macdriver v0.4.0
+	github.com/spf13/cobra v1.10.2
+)
 
 require (
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/spf13/pflag v1.0.9 // indirect
+	golang.org/x/sys v0.50.0 // indirect
+	golang.org/x/text v0.44.0 // indirect
 )

@@ -1,0 +1,121 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+
+	"github.com/spf13/cobra"
+
+	"github.com/clefrt/clef/server"
+	"github.com/clefrt/clef/server/launchagent"
+)
+
+func init() {
+	daemon := &cobra.Command{
+		Use:   "daemon",
+		Short: "Run clef serve at login on macOS (LaunchAgent)",
+	}
+	var model, addr, token string
+	var idle string
+	var load bool
+	install := &cobra.Command{
+		Use:   "install",
+		Short: "Write the LaunchAgent that starts clef serve at login",
+		Long: `Write ~/Library/LaunchAgents/` + launchagent.Label + `.plist, which starts
+"clef serve --model PATH" at login and restarts it if it fails, with its log in
+~/Library/Logs/clef/serve.log. On macOS it is also loaded now (launchctl).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if model == "" {
+				model = os.Getenv("CLEF_MODEL")
+			}
+			if model == "" {
+				return &exitError{2, errors.New("--model is required: the daemon needs a model to load at login")}
+			}
+			abs, err := filepath.Abs(model)
+			if err != nil {
+				return err
+			}
+			if _, err := os.Stat(abs); err != nil {
+				return &exitError{2, fmt.Errorf("--model: %w", err)}
+			}
+			prog, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			if p, err := filepath.EvalSymlinks(prog); err == nil {
+				prog = p
+			}
+			home, err := os.UserHomeDir()
+			if err != nil {
+				return err
+			}
+			args := []string{"serve", "--model", abs, "--addr", addr}
+			if token != "" {
+				args = append(args, "--token", token)
+			}
+			if idle != "" {
+				args = append(args, "--idle-unload", idle)
+			}
+			p, err := launchagent.Install(home, launchagent.Config{Program: prog, Args: args, LogPath: launchagent.DefaultLogPath(home), KeepAlive: true})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), "wrote", p)
+			if load && runtime.GOOS == "darwin" {
+				launchctl(cmd, "bootout", p)
+				if err := launchctl(cmd, "bootstrap", p); err != nil {
+					return fmt.Errorf("launchctl bootstrap: %w (the plist is written; it loads at next login)", err)
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), "loaded: clef serve is starting; check with clef ps")
+			}
+			return nil
+		},
+	}
+	install.Flags().StringVar(&model, "model", "", "model the daemon loads (default $CLEF_MODEL)")
+	install.Flags().StringVar(&addr, "addr", server.DefaultAddr, "address the daemon listens on")
+	install.Flags().StringVar(&token, "token", "", "bearer token the daemon requires (stored in the plist, mode 0600)")
+	install.Flags().StringVar(&idle, "idle-unload", "", "unload the model after this long idle (e.g. 30m)")
+	install.Flags().BoolVar(&load, "load", true, "on macOS, load the agent now with launchctl")
+
+	uninstall := &cobra.Command{
+		Use:   "uninstall",
+		Short: "Remove the LaunchAgent (and, on macOS, stop the daemon it started)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			home, err := os.UserHomeDir()
+			if err != nil {
+				return err
+			}
+			p := launchagent.Path(home)
+			if load && runtime.GOOS == "darwin" && launchagent.Installed(home) {
+				launchctl(cmd, "bootout", p)
+			}
+			p, removed, err := launchagent.Uninstall(home)
+			if err != nil {
+				return err
+			}
+			if removed {
+				fmt.Fprintln(cmd.OutOrStdout(), "removed", p)
+			} else {
+				fmt.Fprintln(cmd.OutOrStdout(), "not installed:", p)
+			}
+			return nil
+		},
+	}
+	uninstall.Flags().BoolVar(&load, "load", true, "on macOS, also unload the agent with launchctl")
+	daemon.AddCommand(install, uninstall)
+	rootCmd.AddCommand(daemon)
+}
+
+// launchctl runs launchctl on the user's GUI domain.
+func launchctl(cmd *cobra.Command, verb, plist string) error {
+	c := exec.Command("launchctl", verb, "gui/"+strconv.Itoa(os.Getuid()), plist)
+	c.Stdout, c.Stderr = cmd.OutOrStdout(), cmd.ErrOrStderr()
+	return c.Run()
+}

@@ -1,0 +1,309 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/spf13/cobra"
+
+	"github.com/clefrt/clef/engine"
+	"github.com/clefrt/clef/engine/api"
+	"github.com/clefrt/clef/engine/pyjson"
+	"github.com/clefrt/clef/engine/tinymodel"
+)
+
+// Exit codes of clef decide (and clef demo).
+const (
+	exitBadRequest = 2 // the request was refused (invalid JSON, failed checks, too long)
+	exitEscalate   = 3 // some answer is below --min-confidence
+)
+
+// maxRequestBytes bounds what clef decide reads as one request.
+const maxRequestBytes = 1 << 30
+
+// decideFlags are the flags shared by clef decide and clef demo.
+type decideFlags struct {
+	model         string
+	maxLength     int
+	format        string
+	minConfidence float64
+	backend       string
+	threads       int
+	strict        bool
+}
+
+func (f *decideFlags) register(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.model, "model", "", "model: a Clef-Omni release directory or a GGUF file from clef quantize (default $CLEF_MODEL, else the embedded synthetic tiny model)")
+	fl.IntVar(&f.maxLength, "max-length", engine.DefaultMaxLength, "token budget of the record; only the state is truncated to fit")
+	fl.StringVar(&f.format, "format", "json", "output: json (the SystemOne response) or table")
+	fl.Float64Var(&f.minConfidence, "min-confidence", 0, "mark answers whose confidence (noul: max(p, 1-p)) is below P as escalate, and exit 3")
+	fl.StringVar(&f.backend, "backend", "", "compute backend (cpu, metal); default: the best available")
+	fl.IntVar(&f.threads, "threads", 0, "CPU threads (0: all cores)")
+	fl.BoolVar(&f.strict, "strict", false, "also apply the hosted Workers AI limits to the request")
+}
+
+func init() {
+	var f decideFlags
+	cmd := &cobra.Command{
+		Use:   "decide [REQUEST.json|-]",
+		Short: "Answer one SystemOne request (from a file, or stdin)",
+		Long: `Answer one SystemOne request: probabilities for every option of every question
+from a single forward pass. The request is read from the file given, or from
+stdin when it is "-" or absent. JSON output is the SystemOne response.
+
+Exit codes: 0 answered, 1 runtime error, 2 request refused, 3 some answer is
+below --min-confidence (marked escalate).`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			input := "-"
+			if len(args) == 1 {
+				input = args[0]
+			}
+			body, err := readRequest(cmd.InOrStdin(), input)
+			if err != nil {
+				return err
+			}
+			return runDecide(cmd, &f, body, false)
+		},
+	}
+	f.register(cmd)
+	rootCmd.AddCommand(cmd)
+}
+
+// runDecide loads the model, answers the request body and prints it. With
+// stats it also prints the time per stage (clef demo).
+func runDecide(cmd *cobra.Command, f *decideFlags, body []byte, stats bool) error {
+	out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
+	if f.format != "json" && f.format != "table" {
+		return fmt.Errorf("--format must be json or table, got %q", f.format)
+	}
+	if f.minConfidence < 0 || f.minConfidence > 1 || math.IsNaN(f.minConfidence) {
+		return fmt.Errorf("--min-confidence must be between 0 and 1, got %v", f.minConfidence)
+	}
+	if f.maxLength <= 0 {
+		return fmt.Errorf("--max-length must be positive, got %d", f.maxLength)
+	}
+	req, err := api.ParseRequest(body)
+	if err != nil {
+		return &exitError{exitBadRequest, err}
+	}
+
+	path, synthetic, cleanup, err := resolveModel(f.model)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	if synthetic && f.format != "table" {
+		fmt.Fprintln(errOut, "clef: note:", tinymodel.Warning)
+	}
+	loadStart := time.Now()
+	e, err := engine.Open(path, engine.Options{Backend: f.backend, Threads: f.threads, MaxLength: f.maxLength, Strict: f.strict})
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	load := time.Since(loadStart)
+
+	resp, st, err := e.Decide(context.Background(), req)
+	if err != nil {
+		var ae *api.Error
+		if errors.As(err, &ae) {
+			return &exitError{exitBadRequest, fmt.Errorf("request refused (%d): %w", ae.Status, err)}
+		}
+		return err
+	}
+	escalate := escalations(resp, f.minConfidence)
+	switch f.format {
+	case "json":
+		data, err := responseJSON(resp, escalate)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "%s\n", data)
+	case "table":
+		name := path
+		if synthetic {
+			name = tinymodel.Name
+		}
+		writeTable(out, resp, escalate, name, e.Backend())
+	}
+	if stats || f.format == "table" {
+		fmt.Fprintf(out, "time: load %s · encode %s · thinker %s · head %s · decide total %s (%d input tokens, backend %s)\n",
+			ms(load), ms(st.Encode), ms(st.Backbone), ms(st.Head), ms(st.Total), st.InputTokens, e.Backend())
+	}
+	if st.StateTruncated {
+		fmt.Fprintf(errOut, "clef: note: the state was truncated to %d tokens to fit --max-length %d\n", st.StateTokens, f.maxLength)
+	}
+	if synthetic && f.format == "table" {
+		fmt.Fprintln(out, "note:", tinymodel.Warning)
+	}
+	if n := len(escalate); n > 0 {
+		return &exitError{exitEscalate, fmt.Errorf("%d answer(s) below --min-confidence %v: escalate", n, f.minConfidence)}
+	}
+	return nil
+}
+
+// readRequest reads the request body from a file, or stdin for "-".
+func readRequest(stdin io.Reader, input string) ([]byte, error) {
+	r := stdin
+	name := "stdin"
+	if input != "-" {
+		fh, err := os.Open(input)
+		if err != nil {
+			return nil, err
+		}
+		defer fh.Close()
+		r, name = fh, input
+	}
+	body, err := io.ReadAll(io.LimitReader(r, maxRequestBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", name, err)
+	}
+	if len(body) > maxRequestBytes {
+		return nil, &exitError{exitBadRequest, fmt.Errorf("%s: request larger than %d bytes", name, maxRequestBytes)}
+	}
+	return body, nil
+}
+
+// resolveModel picks the model: --model, else $CLEF_MODEL, else the embedded
+// synthetic tiny model written to a temporary directory.
+func resolveModel(flag string) (path string, synthetic bool, cleanup func(), err error) {
+	if flag == "" {
+		flag = os.Getenv("CLEF_MODEL")
+	}
+	if flag != "" {
+		return flag, false, func() {}, nil
+	}
+	dir, cleanup, err := tinymodel.WriteDir()
+	if err != nil {
+		return "", false, nil, err
+	}
+	return dir, true, cleanup, nil
+}
+
+// confidence is an answer's confidence: the reported one for choice and
+// score, max(p, 1-p) for noul.
+func confidence(a *api.Decision) float64 {
+	if a.Type == api.Noul {
+		return math.Max(a.Noul, 1-a.Noul)
+	}
+	return a.Confidence
+}
+
+// escalations returns the ids of the answers below min (none when min is 0).
+func escalations(resp *api.Response, min float64) map[string]bool {
+	out := map[string]bool{}
+	if min <= 0 {
+		return out
+	}
+	for i := range resp.Answers {
+		if confidence(&resp.Answers[i]) < min {
+			out[resp.Answers[i].ID] = true
+		}
+	}
+	return out
+}
+
+// responseJSON is the SystemOne response as the reference writes it, with
+// "escalate": true added to the answers below --min-confidence.
+func responseJSON(resp *api.Response, escalate map[string]bool) ([]byte, error) {
+	data, _ := resp.MarshalJSON()
+	if len(escalate) == 0 {
+		return data, nil
+	}
+	doc, err := pyjson.Decode(data)
+	if err != nil {
+		return nil, fmt.Errorf("re-reading the response: %w", err)
+	}
+	answers := doc.Get("answers")
+	for i, id := range answers.Keys {
+		if escalate[id] {
+			a := answers.Vals[i]
+			a.Keys = append(a.Keys, "escalate")
+			a.Vals = append(a.Vals, &pyjson.Value{Kind: pyjson.Bool, Bool: true})
+		}
+	}
+	return pyjson.Append(nil, doc, pyjson.Default), nil
+}
+
+// barWidth is the width of a probability bar in the table.
+const barWidth = 30
+
+// writeTable prints each question with its options, probability bars and the
+// answer.
+func writeTable(w io.Writer, resp *api.Response, escalate map[string]bool, model, backend string) {
+	fmt.Fprintf(w, "model %s · backend %s · %d input tokens\n", model, backend, resp.Usage.InputTokens)
+	for i := range resp.Answers {
+		a := &resp.Answers[i]
+		var verdict string
+		var rows []api.Prob
+		labels := map[string]string{}
+		switch a.Type {
+		case api.Noul:
+			verdict = "false"
+			if a.Noul >= 0.5 {
+				verdict = "true"
+			}
+			verdict = fmt.Sprintf("%s   (p(true) %.4f)", verdict, a.Noul)
+			rows = []api.Prob{{Key: "true", P: a.Noul}, {Key: "false", P: pyjson.Round(1-a.Noul, 4)}}
+		case api.Choice:
+			verdict = fmt.Sprintf("%s   (confidence %.4f)", a.Choice, a.Confidence)
+			rows = a.Probabilities
+		case api.Score:
+			verdict = fmt.Sprintf("%.4f   (confidence %.4f)", a.Score, a.Confidence)
+			rows = a.Probabilities
+			for _, l := range a.Legend {
+				labels[l.Key] = l.Key + " " + clip(pyjson.Render(l.Value), 24)
+			}
+		}
+		mark := ""
+		if escalate[a.ID] {
+			mark = "   ESCALATE"
+		}
+		fmt.Fprintf(w, "\n%s (%s) → %s%s\n", a.ID, a.Type, verdict, mark)
+		width := 0
+		for _, r := range rows {
+			if l, ok := labels[r.Key]; ok {
+				r.Key = l
+			}
+			width = max(width, utf8.RuneCountInString(clip(r.Key, 32)))
+		}
+		for _, r := range rows {
+			label := r.Key
+			if l, ok := labels[r.Key]; ok {
+				label = l
+			}
+			label = clip(label, 32)
+			pad := strings.Repeat(" ", width-utf8.RuneCountInString(label))
+			fmt.Fprintf(w, "  %s%s  %s  %.4f\n", label, pad, bar(r.P), r.P)
+		}
+	}
+	fmt.Fprintln(w)
+}
+
+// bar draws p in [0, 1] as a bar of barWidth cells.
+func bar(p float64) string {
+	n := int(math.Round(math.Max(0, math.Min(1, p)) * barWidth))
+	return strings.Repeat("█", n) + strings.Repeat("░", barWidth-n)
+}
+
+// clip shortens s to at most n runes.
+func clip(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:n-1]) + "…"
+}
+
+func ms(d time.Duration) string {
+	return fmt.Sprintf("%.1f ms", d.Seconds()*1000)
+}

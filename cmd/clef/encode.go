@@ -1,0 +1,126 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+
+	"github.com/spf13/cobra"
+
+	"github.com/clefrt/clef/engine/api"
+	"github.com/clefrt/clef/engine/pyjson"
+	"github.com/clefrt/clef/engine/record"
+	"github.com/clefrt/clef/engine/tokenizer"
+)
+
+func init() {
+	var (
+		tokPath   string
+		maxLength int
+		validate  bool
+	)
+	cmd := &cobra.Command{
+		Use:   "encode --tokenizer PATH [--max-length N] [--validate] [FILE|-]",
+		Short: "Encode a SystemOne request into the model's input ids and spans",
+		Long: `Encode reads one SystemOne request (FILE, or stdin for - or no argument) and
+prints, on one line, the Clef record encoding:
+{"input_ids": [...], "questions": [{"question_id", "question_type",
+"question_span", "option_spans", "option_ids"}]}.
+
+Without --validate it does what the reference encode_record does and fails
+where it fails; --validate first applies the reference request checks of
+systemone(). A failure exits 1 with a one-line error on stderr.
+--tokenizer names a tokenizer.json or a model directory holding one.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if tokPath == "" {
+				return &exitError{1, errors.New("encode: --tokenizer is required")}
+			}
+			if maxLength <= 0 {
+				return &exitError{1, fmt.Errorf("encode: --max-length must be positive, got %d", maxLength)}
+			}
+			var body []byte
+			var err error
+			if len(args) == 0 || args[0] == "-" {
+				body, err = io.ReadAll(cmd.InOrStdin())
+			} else {
+				body, err = os.ReadFile(args[0])
+			}
+			if err != nil {
+				return &exitError{1, fmt.Errorf("encode: %w", err)}
+			}
+			tok, err := tokenizer.Load(tokPath)
+			if err != nil {
+				return &exitError{1, fmt.Errorf("encode: %w", err)}
+			}
+			req, err := api.ParseRequest(body)
+			if err != nil {
+				return &exitError{1, fmt.Errorf("encode: %w", err)}
+			}
+			if validate {
+				if err := req.Validate(); err != nil {
+					return &exitError{1, fmt.Errorf("encode: invalid request: %w", err)}
+				}
+			}
+			enc, err := record.Encode(tok, req, maxLength)
+			if err != nil {
+				return &exitError{1, fmt.Errorf("encode: %w", err)}
+			}
+			w := bufio.NewWriter(cmd.OutOrStdout())
+			w.Write(appendEncoded(nil, enc))
+			w.WriteByte('\n')
+			return w.Flush()
+		},
+	}
+	cmd.Flags().StringVar(&tokPath, "tokenizer", "", "tokenizer.json, or a model directory holding one")
+	cmd.Flags().IntVar(&maxLength, "max-length", record.DefaultMaxLength, "context length; the state is cut to fit")
+	cmd.Flags().BoolVar(&validate, "validate", false, "apply the reference request checks first")
+	rootCmd.AddCommand(cmd)
+}
+
+// appendEncoded writes an encoding in the fixtures' schema, compactly.
+func appendEncoded(dst []byte, enc *record.Encoded) []byte {
+	ints := func(dst []byte, xs []int) []byte {
+		dst = append(dst, '[')
+		for i, x := range xs {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = strconv.AppendInt(dst, int64(x), 10)
+		}
+		return append(dst, ']')
+	}
+	dst = append(dst, `{"input_ids":`...)
+	dst = ints(dst, enc.InputIDs)
+	dst = append(dst, `,"questions":[`...)
+	for i, q := range enc.Questions {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, `{"question_id":`...)
+		dst = pyjson.AppendString(dst, q.ID, false)
+		dst = append(dst, `,"question_type":`...)
+		dst = strconv.AppendInt(dst, int64(q.Type), 10)
+		dst = append(dst, `,"question_span":`...)
+		dst = ints(dst, q.Span[:])
+		dst = append(dst, `,"option_spans":[`...)
+		for k, s := range q.OptionSpans {
+			if k > 0 {
+				dst = append(dst, ',')
+			}
+			dst = ints(dst, s[:])
+		}
+		dst = append(dst, `],"option_ids":[`...)
+		for k, id := range q.OptionIDs {
+			if k > 0 {
+				dst = append(dst, ',')
+			}
+			dst = pyjson.AppendString(dst, id, false)
+		}
+		dst = append(dst, "]}"...)
+	}
+	return append(dst, "]}"...)
+}

@@ -1,0 +1,122 @@
+// Package api holds the SystemOne wire types of a Clef decision (request,
+// response, the Workers AI envelope), decodes requests exactly as Python's
+// json.loads does, validates them at two levels (the reference checks of
+// Cloudflare's systemone(), and the hosted Workers AI limits), and maps the
+// model's probabilities to SystemOne answers.
+//
+// Unknown fields: the reference ignores them, so ParseRequest and Validate
+// keep and ignore them too; ValidateHosted (the Workers AI route, --strict)
+// rejects them, as the hosted API does (422, code 5012).
+package api
+
+import (
+	"net/http"
+
+	"github.com/clefrt/clef/engine/pyjson"
+)
+
+// QuestionType is the reference's integer for a question type
+// (QUESTION_TYPES): noul 0, choice 1, score 2.
+type QuestionType int
+
+// The question types.
+const (
+	Noul   QuestionType = 0
+	Choice QuestionType = 1
+	Score  QuestionType = 2
+)
+
+// String returns "noul", "choice" or "score".
+func (t QuestionType) String() string {
+	switch t {
+	case Noul:
+		return "noul"
+	case Choice:
+		return "choice"
+	case Score:
+		return "score"
+	}
+	return "unknown"
+}
+
+// ParseQuestionType maps "noul", "choice" or "score" to its type.
+func ParseQuestionType(s string) (QuestionType, bool) {
+	switch s {
+	case "noul":
+		return Noul, true
+	case "choice":
+		return Choice, true
+	case "score":
+		return Score, true
+	}
+	return 0, false
+}
+
+// Request is one SystemOne request, decoded with key order and number
+// literals preserved. ParseRequest only requires a JSON object: fields of the
+// wrong type are kept as they came so that Validate, ValidateHosted and the
+// record encoder can each refuse them with the reference's own error.
+type Request struct {
+	// Model is the "model" field when it is a string ("" otherwise; see Doc).
+	Model string
+	// State is the "state" field, nil when the key is missing.
+	State *pyjson.Value
+	// Questions are the members of "questions" in request order; nil when
+	// "questions" is missing or not an object (see Doc).
+	Questions []Question
+	// Images, Audio and Videos are the media fields as sent, nil when missing.
+	Images, Audio, Videos *pyjson.Value
+	// Doc is the whole decoded request.
+	Doc *pyjson.Value
+}
+
+// Question is one member of the request's "questions" object.
+type Question struct {
+	ID string
+	// Type is the "type" field when it is a string, "" otherwise.
+	Type string
+	// Instructions and Criteria are the fields as sent, nil when missing.
+	Instructions *pyjson.Value
+	Criteria     *pyjson.Value
+	// Raw is the question value as sent (normally an object).
+	Raw *pyjson.Value
+}
+
+// ParseRequest decodes a request body. It fails (400, code 6003) when the
+// body is not JSON or not a JSON object; every other check is left to
+// Validate and ValidateHosted.
+func ParseRequest(body []byte) (*Request, error) {
+	doc, err := pyjson.Decode(body)
+	if err != nil {
+		return nil, &Error{Status: http.StatusBadRequest, Code: CodeNotJSON, Message: "request is not valid JSON: " + err.Error()}
+	}
+	if doc.Kind != pyjson.Object {
+		return nil, &Error{Status: http.StatusBadRequest, Code: CodeNotJSON, Message: "request must be a JSON object, got " + doc.Kind.String()}
+	}
+	return FromValue(doc), nil
+}
+
+// FromValue builds a Request over an already decoded JSON object.
+func FromValue(doc *pyjson.Value) *Request {
+	r := &Request{Doc: doc}
+	if m := doc.Get("model"); m != nil && m.Kind == pyjson.String {
+		r.Model = m.Str
+	}
+	r.State = doc.Get("state")
+	r.Images = doc.Get("images")
+	r.Audio = doc.Get("audio")
+	r.Videos = doc.Get("videos")
+	if qs := doc.Get("questions"); qs != nil && qs.Kind == pyjson.Object {
+		r.Questions = make([]Question, len(qs.Keys))
+		for i, id := range qs.Keys {
+			q := Question{ID: id, Raw: qs.Vals[i]}
+			if t := q.Raw.Get("type"); t != nil && t.Kind == pyjson.String {
+				q.Type = t.Str
+			}
+			q.Instructions = q.Raw.Get("instructions")
+			q.Criteria = q.Raw.Get("criteria")
+			r.Questions[i] = q
+		}
+	}
+	return r
+}

@@ -1,0 +1,61 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/clefrt/clef/engine/backend"
+)
+
+// RoPE rotates every head of x [L, heads*HeadDim] by its row's positions,
+// NeoX half-split pairing, M-RoPE stream per frequency as r describes.
+// The inverse frequencies and angles are rounded to float32 the way the
+// float32 reference computes them.
+func (b *Backend) RoPE(x *backend.Tensor, pos [][3]int, r backend.RoPE) (*backend.Tensor, error) {
+	xf, rows, c, err := act(x, "RoPE x")
+	if err != nil {
+		return nil, err
+	}
+	d := r.HeadDim
+	if d <= 0 || d%2 != 0 || c%d != 0 {
+		return nil, fmt.Errorf("cpu: RoPE: head dim %d does not divide rows of %d evenly into even heads", d, c)
+	}
+	if len(pos) != rows {
+		return nil, fmt.Errorf("cpu: RoPE: %d positions for %d rows", len(pos), rows)
+	}
+	if r.Theta <= 0 {
+		return nil, fmt.Errorf("cpu: RoPE: theta %v must be positive", r.Theta)
+	}
+	half := d / 2
+	stream, err := r.Streams()
+	if err != nil {
+		return nil, fmt.Errorf("cpu: RoPE: %w", err)
+	}
+	inv := make([]float32, half)
+	for i := range inv {
+		inv[i] = float32(1 / float64(float32(math.Pow(r.Theta, float64(2*i)/float64(d)))))
+	}
+	heads := c / d
+	out := make([]float32, len(xf))
+	b.parallel(rows, 16, func(lo, hi int) {
+		cos := make([]float32, half)
+		sin := make([]float32, half)
+		for p := lo; p < hi; p++ {
+			for i := 0; i < half; i++ {
+				a := float32(pos[p][stream[i]]) * inv[i]
+				cos[i] = float32(math.Cos(float64(a)))
+				sin[i] = float32(math.Sin(float64(a)))
+			}
+			for h := 0; h < heads; h++ {
+				in := xf[p*c+h*d : p*c+(h+1)*d]
+				o := out[p*c+h*d : p*c+(h+1)*d]
+				for i := 0; i < half; i++ {
+					x0, x1 := in[i], in[i+half]
+					o[i] = x0*cos[i] - x1*sin[i]
+					o[i+half] = x1*cos[i] + x0*sin[i]
+				}
+			}
+		}
+	})
+	return newAct(out, rows, c), nil
+}

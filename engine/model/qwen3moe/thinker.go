@@ -1,0 +1,347 @@
+package qwen3moe
+
+import (
+	"context"
+	"fmt"
+	"math"
+
+	"github.com/clefrt/clef/engine/backend"
+	"github.com/clefrt/clef/engine/weights"
+)
+
+// Model is the thinker's text decoder bound to one backend.
+type Model struct {
+	Config Config
+	b      backend.Backend
+
+	embed  *backend.Tensor // embed_tokens.weight [vocab, hidden]
+	layers []layer
+	norm   *backend.Tensor // norm.weight [hidden]
+}
+
+// layer holds one decoder layer's weights.
+type layer struct {
+	inputNorm *backend.Tensor // input_layernorm.weight [hidden]
+	q         *backend.Tensor // self_attn.q_proj.weight [heads*head_dim, hidden]
+	k         *backend.Tensor // self_attn.k_proj.weight [kv_heads*head_dim, hidden]
+	v         *backend.Tensor // self_attn.v_proj.weight [kv_heads*head_dim, hidden]
+	o         *backend.Tensor // self_attn.o_proj.weight [hidden, heads*head_dim]
+	qNorm     *backend.Tensor // self_attn.q_norm.weight [head_dim]
+	kNorm     *backend.Tensor // self_attn.k_norm.weight [head_dim]
+	postNorm  *backend.Tensor // post_attention_layernorm.weight [hidden]
+	router    *backend.Tensor // mlp.gate.weight [experts, hidden]
+	experts   []backend.Expert
+	// experts[e].Gate: mlp.experts.E.gate_proj.weight [expert_ffn, hidden]
+	// experts[e].Up:   mlp.experts.E.up_proj.weight   [expert_ffn, hidden]
+	// experts[e].Down: mlp.experts.E.down_proj.weight [hidden, expert_ffn]
+}
+
+// Prefixes tried, in order, for the decoder's tensor names: the Qwen3-Omni
+// release ("thinker.model.") and a plain Qwen3-MoE checkpoint ("model.").
+var prefixes = []string{"thinker.model.", "model."}
+
+// Load binds the decoder weights of m on b, checking every name and shape
+// against cfg.
+func Load(m weights.Model, cfg Config, b backend.Backend) (*Model, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	prefix := ""
+	for _, p := range prefixes {
+		if m.Has(p + "embed_tokens.weight") {
+			prefix = p
+			break
+		}
+	}
+	if prefix == "" {
+		return nil, fmt.Errorf("qwen3moe: no embed_tokens.weight under %v: not a Qwen3-MoE text model", prefixes)
+	}
+	c := cfg
+	q, kv := c.Heads*c.HeadDim, c.KVHeads*c.HeadDim
+	bind := func(name string, shape ...int) (*backend.Tensor, error) {
+		t, err := m.Tensor(prefix + name)
+		if err != nil {
+			return nil, fmt.Errorf("qwen3moe: %w", err)
+		}
+		if !sameShape(t.Shape, shape) {
+			return nil, fmt.Errorf("qwen3moe: %s%s has shape %v, config wants %v", prefix, name, t.Shape, shape)
+		}
+		bt, err := b.Weight(t)
+		if err != nil {
+			return nil, fmt.Errorf("qwen3moe: %w", err)
+		}
+		return bt, nil
+	}
+	md := &Model{Config: cfg, b: b}
+	var err error
+	if md.embed, err = bind("embed_tokens.weight", c.Vocab, c.Hidden); err != nil {
+		return nil, err
+	}
+	if md.norm, err = bind("norm.weight", c.Hidden); err != nil {
+		return nil, err
+	}
+	md.layers = make([]layer, c.Layers)
+	for l := range md.layers {
+		ly := &md.layers[l]
+		p := fmt.Sprintf("layers.%d.", l)
+		for _, w := range []struct {
+			dst   **backend.Tensor
+			name  string
+			shape []int
+		}{
+			{&ly.inputNorm, "input_layernorm.weight", []int{c.Hidden}},
+			{&ly.q, "self_attn.q_proj.weight", []int{q, c.Hidden}},
+			{&ly.k, "self_attn.k_proj.weight", []int{kv, c.Hidden}},
+			{&ly.v, "self_attn.v_proj.weight", []int{kv, c.Hidden}},
+			{&ly.o, "self_attn.o_proj.weight", []int{c.Hidden, q}},
+			{&ly.qNorm, "self_attn.q_norm.weight", []int{c.HeadDim}},
+			{&ly.kNorm, "self_attn.k_norm.weight", []int{c.HeadDim}},
+			{&ly.postNorm, "post_attention_layernorm.weight", []int{c.Hidden}},
+			{&ly.router, "mlp.gate.weight", []int{c.Experts, c.Hidden}},
+		} {
+			if *w.dst, err = bind(p+w.name, w.shape...); err != nil {
+				return nil, err
+			}
+		}
+		ly.experts = make([]backend.Expert, c.Experts)
+		for e := range ly.experts {
+			ex := &ly.experts[e]
+			ep := fmt.Sprintf("%smlp.experts.%d.", p, e)
+			if ex.Gate, err = bind(ep+"gate_proj.weight", c.ExpertFFN, c.Hidden); err != nil {
+				return nil, err
+			}
+			if ex.Up, err = bind(ep+"up_proj.weight", c.ExpertFFN, c.Hidden); err != nil {
+				return nil, err
+			}
+			if ex.Down, err = bind(ep+"down_proj.weight", c.Hidden, c.ExpertFFN); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return md, nil
+}
+
+func sameShape(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// Tap, when given to Forward, receives named intermediates: "ffn_moe_topk"
+// (the I32 [L, k] expert ids of a layer) and "l_out" (the residual stream
+// [L, hidden] leaving a layer, llama.cpp's l_out-<il>). The tensors are only
+// valid during the call.
+type Tap func(name string, layer int, t *backend.Tensor) error
+
+// TextPositions returns the 3-D positions of plain text: p on all streams.
+func TextPositions(n int) [][3]int {
+	pos := make([][3]int, n)
+	for i := range pos {
+		pos[i] = [3]int{i, i, i}
+	}
+	return pos
+}
+
+// Input is what one forward pass reads. IDs give the length and the
+// embedding rows; Embeds, when set, is the merged decoder input [L*hidden]
+// (embedding rows with media rows overwritten, spec §7) and replaces the
+// embedding lookup. Positions holds the three M-RoPE streams per token; nil
+// means plain text (0, 1, 2, ...). Deepstack[l], when set, holds one row per
+// entry of VisualRows ([len(VisualRows)*hidden]) that is added to the
+// residual stream at those positions after decoder layer l.
+type Input struct {
+	IDs        []int
+	Embeds     []float32
+	Positions  [][3]int
+	VisualRows []int
+	Deepstack  [][]float32
+}
+
+// Hidden runs the decoder on ids and returns the final normed hidden state
+// of every position, [len(ids) * hidden] row-major. positions holds the three
+// M-RoPE streams per token; nil means plain text (0, 1, 2, ...).
+func (m *Model) Hidden(ctx context.Context, ids []int, positions [][3]int) ([]float32, error) {
+	out, err := m.Forward(ctx, Input{IDs: ids, Positions: positions}, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer m.b.Free(out)
+	return m.b.Read(ctx, out)
+}
+
+// Forward runs the decoder (spec §2.2) and returns the final normed hidden
+// states [L, hidden] on the backend; the caller frees them.
+func (m *Model) Forward(ctx context.Context, in Input, tap Tap) (*backend.Tensor, error) {
+	c, b := m.Config, m.b
+	L := len(in.IDs)
+	if in.Embeds != nil && L == 0 {
+		L = len(in.Embeds) / c.Hidden
+	}
+	if L == 0 {
+		return nil, fmt.Errorf("qwen3moe: no input tokens")
+	}
+	positions := in.Positions
+	if positions == nil {
+		positions = TextPositions(L)
+	}
+	if len(positions) != L {
+		return nil, fmt.Errorf("qwen3moe: %d positions for %d tokens", len(positions), L)
+	}
+	if len(in.Deepstack) > c.Layers {
+		return nil, fmt.Errorf("qwen3moe: %d deepstack levels for %d layers", len(in.Deepstack), c.Layers)
+	}
+	var deep []*backend.Tensor
+	defer func() { b.Free(deep...) }()
+	for l, f := range in.Deepstack {
+		if len(f) != len(in.VisualRows)*c.Hidden {
+			return nil, fmt.Errorf("qwen3moe: deepstack level %d has %d values, want %d rows of %d", l, len(f), len(in.VisualRows), c.Hidden)
+		}
+		t, err := b.Upload(f, len(in.VisualRows), c.Hidden) // [n_visual, hidden]
+		if err != nil {
+			return nil, fmt.Errorf("qwen3moe: %w", err)
+		}
+		deep = append(deep, t)
+	}
+	rope := backend.RoPE{HeadDim: c.HeadDim, Theta: c.RopeTheta, Sections: c.MRoPESections, Interleaved: c.MRoPEInterleaved}
+	scale := float32(1 / math.Sqrt(float64(c.HeadDim)))
+
+	var x *backend.Tensor // [L, hidden]
+	var err error
+	if in.Embeds != nil {
+		if len(in.Embeds) != L*c.Hidden {
+			return nil, fmt.Errorf("qwen3moe: %d input embedding values for %d tokens of %d", len(in.Embeds), L, c.Hidden)
+		}
+		x, err = b.Upload(in.Embeds, L, c.Hidden)
+	} else {
+		x, err = b.Embed(m.embed, in.IDs)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("qwen3moe: %w", err)
+	}
+	for l := range m.layers {
+		if err := ctx.Err(); err != nil {
+			b.Free(x)
+			return nil, err
+		}
+		nx, err := m.layer(l, x, positions, rope, scale, tap)
+		b.Free(x)
+		if err != nil {
+			return nil, fmt.Errorf("qwen3moe: layer %d: %w", l, err)
+		}
+		x = nx
+		if l < len(deep) {
+			nx, err := b.AddRows(x, in.VisualRows, deep[l]) // [L, hidden]
+			b.Free(x)
+			if err != nil {
+				return nil, fmt.Errorf("qwen3moe: deepstack %d: %w", l, err)
+			}
+			x = nx
+		}
+	}
+	out, err := b.RMSNorm(x, m.norm, c.NormEps) // [L, hidden]
+	b.Free(x)
+	if err != nil {
+		return nil, fmt.Errorf("qwen3moe: final norm: %w", err)
+	}
+	return out, nil
+}
+
+// layer runs decoder layer l on the residual stream x [L, hidden] and
+// returns the new stream; x is left for the caller to free.
+func (m *Model) layer(l int, x *backend.Tensor, pos [][3]int, rope backend.RoPE, scale float32, tap Tap) (out *backend.Tensor, err error) {
+	c, b, ly := m.Config, m.b, &m.layers[l]
+	var live []*backend.Tensor
+	keep := func(t *backend.Tensor) *backend.Tensor { live = append(live, t); return t }
+	defer func() { b.Free(live...) }()
+	step := func(t *backend.Tensor, err error) (*backend.Tensor, error) {
+		if err != nil {
+			return nil, err
+		}
+		return keep(t), nil
+	}
+
+	// Attention block.
+	h, err := step(b.RMSNorm(x, ly.inputNorm, c.NormEps)) // attn_norm [L, hidden]
+	if err != nil {
+		return nil, err
+	}
+	q, err := step(b.MatMul(h, ly.q)) // Qcur [L, heads*head_dim]
+	if err != nil {
+		return nil, err
+	}
+	k, err := step(b.MatMul(h, ly.k)) // Kcur [L, kv_heads*head_dim]
+	if err != nil {
+		return nil, err
+	}
+	v, err := step(b.MatMul(h, ly.v)) // Vcur [L, kv_heads*head_dim]
+	if err != nil {
+		return nil, err
+	}
+	if q, err = step(b.RMSNorm(q, ly.qNorm, c.NormEps)); err != nil { // per head [L, heads*head_dim]
+		return nil, err
+	}
+	if k, err = step(b.RMSNorm(k, ly.kNorm, c.NormEps)); err != nil { // per head [L, kv_heads*head_dim]
+		return nil, err
+	}
+	if q, err = step(b.RoPE(q, pos, rope)); err != nil { // [L, heads*head_dim]
+		return nil, err
+	}
+	if k, err = step(b.RoPE(k, pos, rope)); err != nil { // [L, kv_heads*head_dim]
+		return nil, err
+	}
+	a, err := step(b.Attention(q, k, v, c.Heads, c.KVHeads, scale)) // kqv_out [L, heads*head_dim]
+	if err != nil {
+		return nil, err
+	}
+	b.Free(q, k, v)
+	a, err = step(b.MatMul(a, ly.o)) // attn_out [L, hidden]
+	if err != nil {
+		return nil, err
+	}
+	x, err = step(b.Add(x, a)) // ffn_inp [L, hidden]
+	if err != nil {
+		return nil, err
+	}
+
+	// MoE block.
+	h, err = step(b.RMSNorm(x, ly.postNorm, c.NormEps)) // ffn_norm [L, hidden]
+	if err != nil {
+		return nil, err
+	}
+	logits, err := step(b.MatMul(h, ly.router)) // ffn_moe_logits [L, experts]
+	if err != nil {
+		return nil, err
+	}
+	ids, w, err := b.Route(logits, c.TopK, c.NormTopK) // ffn_moe_topk [L, k], ffn_moe_weights [L, k]
+	if err != nil {
+		return nil, err
+	}
+	keep(ids)
+	keep(w)
+	if tap != nil {
+		if err := tap("ffn_moe_topk", l, ids); err != nil {
+			return nil, err
+		}
+	}
+	moe, err := step(b.MoE(h, ids, w, ly.experts)) // ffn_moe_out [L, hidden]
+	if err != nil {
+		return nil, err
+	}
+	out, err = b.Add(x, moe) // l_out [L, hidden]
+	if err != nil {
+		return nil, err
+	}
+	if tap != nil {
+		if err := tap("l_out", l, out); err != nil {
+			b.Free(out)
+			return nil, err
+		}
+	}
+	return out, nil
+}

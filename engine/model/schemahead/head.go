@@ -1,0 +1,965 @@
+// Package schemahead is Clef-Omni's joint schema head: it turns the thinker's
+// final hidden states of one record into one logit per allowed option of every
+// question (spec clef-omni.md §1.3), and the logits into probabilities.
+//
+// The file reads top to bottom in the order of the reference forward pass:
+// hidden norm and memory, question/global/option vectors, evidence routing,
+// field vectors, decoder layers, scoring. Everything runs on the CPU in pure
+// Go: the head is small next to the backbone. Float32 is the serving mode;
+// float64 (LogitsFloat64) exists to check the float32 path.
+package schemahead
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"runtime"
+	"strings"
+	"sync"
+
+	"github.com/clefrt/clef/engine/backend"
+	"github.com/clefrt/clef/engine/weights"
+)
+
+// Question types, as the record encoding numbers them.
+const (
+	TypeNoul   = 0
+	TypeChoice = 1
+	TypeScore  = 2
+)
+
+// layerNormEps is torch.nn.LayerNorm's default epsilon, used by every norm of
+// the head.
+const layerNormEps = 1e-5
+
+// Question is what the head needs of one encoded question: its type and the
+// token spans [start, end) of its instruction and of each option.
+type Question struct {
+	Type        int
+	Span        [2]int
+	OptionSpans [][2]int
+}
+
+// Lexicon gives rows of the thinker's output embedding (thinker.lm_head.weight,
+// [vocab, hidden]) by token id, dequantized to float32. The lexical prior of
+// each option is the mean of its tokens' rows.
+type Lexicon interface {
+	Rows(ids []int) ([][]float32, error)
+}
+
+// TensorLexicon reads lexical rows straight from a weights tensor (normally
+// thinker.lm_head.weight [vocab, hidden]), dequantizing only the rows asked
+// for when the tensor is quantized.
+func TensorLexicon(t *weights.Tensor) Lexicon { return tensorLexicon{t} }
+
+type tensorLexicon struct{ t *weights.Tensor }
+
+func (l tensorLexicon) Rows(ids []int) ([][]float32, error) { return weights.Rows(l.t, ids) }
+
+// layerNorm is a torch.nn.LayerNorm over the last dimension.
+type layerNorm struct {
+	weight, bias []float32 // [n], [n]
+}
+
+// linear is a torch.nn.Linear: y = x·Wᵀ + b, W row-major [out, in].
+type linear struct {
+	weight  []float32 // [out, in]
+	bias    []float32 // [out], nil when the layer has none
+	in, out int
+	// bound is the weight uploaded to the backend given to Bind, for the
+	// products over the record's tokens; nil when they run in Go.
+	bound *backend.Tensor
+}
+
+// attention is a torch.nn.MultiheadAttention. Its packed in_proj_weight
+// [3·width, width] and in_proj_bias [3·width] are split at load into the q,
+// k and v projections (rows [0, w), [w, 2w), [2w, 3w)).
+type attention struct {
+	q, k, v linear
+	outProj linear // out_proj.weight [width, width], out_proj.bias [width]
+	heads   int
+}
+
+// evidenceLayer is the reference EvidenceRoutingLayer: pre-norm cross-attention
+// of the option queries to the memory, then a GELU feed-forward.
+type evidenceLayer struct {
+	queryNorm, memoryNorm layerNorm
+	attention             attention
+	feedforwardNorm       layerNorm
+	feedforward0          linear // feedforward.0 [feedforward, width]
+	feedforward3          linear // feedforward.3 [width, feedforward]
+}
+
+// decoderLayer is a norm-first torch.nn.TransformerDecoderLayer with exact GELU.
+type decoderLayer struct {
+	selfAttn, multiheadAttn attention
+	linear1                 linear // [feedforward, width]
+	linear2                 linear // [width, feedforward]
+	norm1, norm2, norm3     layerNorm
+}
+
+// Head is a loaded joint schema head. It is safe for concurrent use.
+type Head struct {
+	cfg Config
+
+	hiddenNorm               layerNorm // [hidden]
+	memoryProjection         linear    // [width, hidden]
+	questionProjection       linear    // [width, hidden]
+	optionQuestionProjection linear    // [width, hidden]
+	globalProjection         linear    // [width, hidden]
+	optionContextProjection  linear    // [width, hidden]
+	optionLexicalProjection  linear    // [width, hidden]
+	typeEmbedding            []float32 // [3, width]
+	evidenceLayers           []evidenceLayer
+	optionSummaryNorm        layerNorm // [width]
+	layers                   []decoderLayer
+	fieldNorm                layerNorm // [width]
+	optionNorm               layerNorm // [width]
+	residualScorer0          linear    // [width, 4·width]
+	residualScorer3          linear    // [1, width]
+	priorLogitScale          float32   // []
+	jointLogitScale          float32   // []
+	residualGate             float32   // []
+
+	// b runs the products over the record's tokens when set (Bind).
+	b backend.Backend
+}
+
+// Config returns the head's configuration.
+func (h *Head) Config() Config { return h.cfg }
+
+// loader reads the head's tensors from a weights.Model, checking every shape
+// and remembering the first error.
+type loader struct {
+	m    weights.Model
+	seen map[string]bool
+	err  error
+}
+
+func (l *loader) tensor(name string, shape ...int) []float32 {
+	if l.err != nil {
+		return nil
+	}
+	l.seen[name] = true
+	t, err := l.m.Tensor(name)
+	if err != nil {
+		l.err = fmt.Errorf("joint head: %w", err)
+		return nil
+	}
+	if !sameShape(t.Shape, shape) {
+		l.err = fmt.Errorf("joint head: %s has shape %v, want %v", name, t.Shape, shape)
+		return nil
+	}
+	v, err := weights.Float32(t)
+	if err != nil {
+		l.err = fmt.Errorf("joint head: %s: %w", name, err)
+		return nil
+	}
+	for _, x := range v {
+		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+			l.err = fmt.Errorf("joint head: %s holds a non-finite value", name)
+			return nil
+		}
+	}
+	return v
+}
+
+func (l *loader) norm(prefix string, n int) layerNorm {
+	return layerNorm{weight: l.tensor(prefix+".weight", n), bias: l.tensor(prefix+".bias", n)}
+}
+
+func (l *loader) linear(prefix string, out, in int, bias bool) linear {
+	lin := linear{weight: l.tensor(prefix+".weight", out, in), in: in, out: out}
+	if bias {
+		lin.bias = l.tensor(prefix+".bias", out)
+	}
+	return lin
+}
+
+func (l *loader) attention(prefix string, width, heads int) attention {
+	w := l.tensor(prefix+".in_proj_weight", 3*width, width)
+	b := l.tensor(prefix+".in_proj_bias", 3*width)
+	a := attention{outProj: l.linear(prefix+".out_proj", width, width, true), heads: heads}
+	if l.err != nil {
+		return a
+	}
+	part := func(i int) linear {
+		return linear{weight: w[i*width*width : (i+1)*width*width], bias: b[i*width : (i+1)*width], in: width, out: width}
+	}
+	a.q, a.k, a.v = part(0), part(1), part(2)
+	return a
+}
+
+func (l *loader) scalar(name string) float32 {
+	v := l.tensor(name)
+	if len(v) != 1 {
+		return 0
+	}
+	return v[0]
+}
+
+// Load reads the head's tensors (the torch state_dict names of
+// joint_head.safetensors) from m and checks them against cfg, as the
+// reference's load_state_dict(strict=True) does: every tensor must be present
+// with its exact shape, and no other tensor may be there, except backbone
+// tensors (thinker., talker., code2wav.) when m is a combined file.
+func Load(m weights.Model, cfg Config) (*Head, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	hs, w, ff := cfg.HiddenSize, cfg.Width, cfg.Feedforward
+	l := &loader{m: m, seen: map[string]bool{}}
+	h := &Head{cfg: cfg}
+	h.hiddenNorm = l.norm("hidden_norm", hs)
+	h.memoryProjection = l.linear("memory_projection", w, hs, false)
+	h.questionProjection = l.linear("question_projection", w, hs, false)
+	h.optionQuestionProjection = l.linear("option_question_projection", w, hs, false)
+	h.globalProjection = l.linear("global_projection", w, hs, false)
+	h.optionContextProjection = l.linear("option_context_projection", w, hs, false)
+	h.optionLexicalProjection = l.linear("option_lexical_projection", w, hs, false)
+	h.typeEmbedding = l.tensor("type_embedding.weight", 3, w)
+	for i := range cfg.RoutingLayers {
+		p := fmt.Sprintf("evidence_layers.%d.", i)
+		h.evidenceLayers = append(h.evidenceLayers, evidenceLayer{
+			queryNorm:       l.norm(p+"query_norm", w),
+			memoryNorm:      l.norm(p+"memory_norm", w),
+			attention:       l.attention(p+"attention", w, cfg.Heads),
+			feedforwardNorm: l.norm(p+"feedforward_norm", w),
+			feedforward0:    l.linear(p+"feedforward.0", ff, w, true),
+			feedforward3:    l.linear(p+"feedforward.3", w, ff, true),
+		})
+	}
+	h.optionSummaryNorm = l.norm("option_summary_norm", w)
+	for i := range cfg.Layers {
+		p := fmt.Sprintf("layers.%d.", i)
+		h.layers = append(h.layers, decoderLayer{
+			selfAttn:      l.attention(p+"self_attn", w, cfg.Heads),
+			multiheadAttn: l.attention(p+"multihead_attn", w, cfg.Heads),
+			linear1:       l.linear(p+"linear1", ff, w, true),
+			linear2:       l.linear(p+"linear2", w, ff, true),
+			norm1:         l.norm(p+"norm1", w),
+			norm2:         l.norm(p+"norm2", w),
+			norm3:         l.norm(p+"norm3", w),
+		})
+	}
+	h.fieldNorm = l.norm("field_norm", w)
+	h.optionNorm = l.norm("option_norm", w)
+	h.residualScorer0 = l.linear("residual_scorer.0", w, 4*w, true)
+	h.residualScorer3 = l.linear("residual_scorer.3", 1, w, true)
+	h.priorLogitScale = l.scalar("prior_logit_scale")
+	h.jointLogitScale = l.scalar("joint_logit_scale")
+	h.residualGate = l.scalar("residual_gate")
+	if l.err != nil {
+		return nil, l.err
+	}
+	var extra []string
+	for _, name := range m.Names() {
+		if l.seen[name] || strings.HasPrefix(name, "thinker.") || strings.HasPrefix(name, "talker.") || strings.HasPrefix(name, "code2wav.") {
+			continue
+		}
+		extra = append(extra, name)
+	}
+	if len(extra) > 0 {
+		if len(extra) > 5 {
+			extra = append(extra[:5], fmt.Sprintf("… (%d more)", len(extra)-5))
+		}
+		return nil, fmt.Errorf("joint head: unexpected tensors %s (does joint_head_config.json match the weights?)", strings.Join(extra, ", "))
+	}
+	return h, nil
+}
+
+// Logits runs the head in float32 on one record: hidden is the thinker's final
+// normed hidden states [L, hidden] row-major, ids the record's L token ids,
+// questions its encoded questions. It returns one logit per option, per
+// question, in encoded option order.
+func (h *Head) Logits(hidden []float32, ids []int, questions []Question, lex Lexicon) ([][]float32, error) {
+	return forward[float32](h, hidden, ids, questions, lex, nil)
+}
+
+// LogitsFloat64 is Logits computed in float64 throughout (weights and inputs
+// widened exactly), to check the float32 path.
+func (h *Head) LogitsFloat64(hidden []float32, ids []int, questions []Question, lex Lexicon) ([][]float64, error) {
+	return forward[float64](h, hidden, ids, questions, lex, nil)
+}
+
+// Softmax returns the softmax of logits in float32, as the reference computes
+// each question's probabilities (logits.float().softmax(-1)).
+func Softmax(logits []float32) []float32 {
+	p := make([]float32, len(logits))
+	if len(logits) == 0 {
+		return p
+	}
+	m := logits[0]
+	for _, x := range logits {
+		if x > m {
+			m = x
+		}
+	}
+	var sum float32
+	for i, x := range logits {
+		p[i] = float32(math.Exp(float64(x - m)))
+		sum += p[i]
+	}
+	for i := range p {
+		p[i] /= sum
+	}
+	return p
+}
+
+// float is the element type of a head pass.
+type float interface{ ~float32 | ~float64 }
+
+// trace collects the head's intermediates for tests (names as in the golden
+// trace files).
+type trace struct {
+	normedHidden, memory, questionVectors, optionContexts, optionLexical, routedOptions, fields []float64
+	prior, cosine, residual                                                                     []float64
+}
+
+func widen[T float](v []T) []float64 {
+	out := make([]float64, len(v))
+	for i, x := range v {
+		out[i] = float64(x)
+	}
+	return out
+}
+
+// checkRecord validates the record against the head before any work.
+func (h *Head) checkRecord(nHidden int, ids []int, questions []Question) error {
+	L := len(ids)
+	if L == 0 {
+		return fmt.Errorf("joint head: empty record")
+	}
+	if nHidden != L*h.cfg.HiddenSize {
+		return fmt.Errorf("joint head: %d hidden values for %d tokens of hidden size %d", nHidden, L, h.cfg.HiddenSize)
+	}
+	if len(questions) == 0 {
+		return fmt.Errorf("joint head: record has no questions")
+	}
+	span := func(what string, s [2]int) error {
+		if s[0] < 0 || s[1] > L || s[0] >= s[1] {
+			return fmt.Errorf("joint head: %s span [%d, %d) is empty or outside the record's %d tokens", what, s[0], s[1], L)
+		}
+		return nil
+	}
+	for qi, q := range questions {
+		if q.Type < 0 || q.Type > 2 {
+			return fmt.Errorf("joint head: question %d has type %d, want 0 (noul), 1 (choice) or 2 (score)", qi, q.Type)
+		}
+		if err := span(fmt.Sprintf("question %d", qi), q.Span); err != nil {
+			return err
+		}
+		if len(q.OptionSpans) == 0 {
+			return fmt.Errorf("joint head: question %d has no options", qi)
+		}
+		for oi, s := range q.OptionSpans {
+			if err := span(fmt.Sprintf("question %d option %d", qi, oi), s); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// forward is the head's pass over one record, in element type T.
+func forward[T float](h *Head, hiddenIn []float32, ids []int, questions []Question, lex Lexicon, tr *trace) ([][]T, error) {
+	if err := h.checkRecord(len(hiddenIn), ids, questions); err != nil {
+		return nil, err
+	}
+	cfg := h.cfg
+	L, hs, w := len(ids), cfg.HiddenSize, cfg.Width
+
+	// Hidden norm, memory, global vector.
+	hidden := make([]T, len(hiddenIn))
+	for i, x := range hiddenIn {
+		hidden[i] = T(x)
+	}
+	normed := applyNorm(&h.hiddenNorm, hidden, L, hs)
+	memory, err := project(h, &h.memoryProjection, normed, L)
+	if err != nil {
+		return nil, err
+	}
+	global := normed[(L-1)*hs : L*hs]
+
+	// Question vectors: mean over each instruction span.
+	nq := len(questions)
+	questionVectors := make([]T, nq*hs)
+	for qi, q := range questions {
+		spanMean(questionVectors[qi*hs:(qi+1)*hs], normed, hs, q.Span)
+	}
+
+	// Option contexts (mean over the option span) and lexical vectors (mean
+	// of the lm_head rows of the option's tokens).
+	var spans [][2]int
+	var owner []int
+	for qi, q := range questions {
+		for _, s := range q.OptionSpans {
+			spans = append(spans, s)
+			owner = append(owner, qi)
+		}
+	}
+	no := len(spans)
+	optionContexts := make([]T, no*hs)
+	for oi, s := range spans {
+		spanMean(optionContexts[oi*hs:(oi+1)*hs], normed, hs, s)
+	}
+	optionLexical, err := lexicalVectors[T](lex, ids, spans, hs)
+	if err != nil {
+		return nil, err
+	}
+
+	// Option queries, routed through the evidence layers.
+	contexts := applyLinear(&h.optionContextProjection, optionContexts, no)
+	lexq := applyLinear(&h.optionLexicalProjection, optionLexical, no)
+	oq := applyLinear(&h.optionQuestionProjection, questionVectors, nq)
+	routed := make([]T, no*w)
+	for oi := range no {
+		qi := owner[oi]
+		for j := range w {
+			routed[oi*w+j] = contexts[oi*w+j] + lexq[oi*w+j] + oq[qi*w+j]
+		}
+	}
+	for i := range h.evidenceLayers {
+		if routed, err = evidenceForward(h, &h.evidenceLayers[i], routed, no, memory, L, w); err != nil {
+			return nil, err
+		}
+	}
+
+	// Field vectors: question projection + norm of the softmax-routed option
+	// summary + global projection + type embedding.
+	baseFields := applyLinear(&h.questionProjection, questionVectors, nq)
+	summaries := make([]T, nq*w)
+	invSqrtW := 1 / math.Sqrt(float64(w))
+	start := 0
+	for qi, q := range questions {
+		n := len(q.OptionSpans)
+		field := baseFields[qi*w : (qi+1)*w]
+		scores := make([]T, n)
+		for k := range n {
+			scores[k] = T(float64(dot(routed[(start+k)*w:(start+k+1)*w], field)) * invSqrtW)
+		}
+		softmaxInPlace(scores)
+		sum := summaries[qi*w : (qi+1)*w]
+		for k := range n {
+			o := routed[(start+k)*w : (start+k+1)*w]
+			for j := range w {
+				sum[j] += scores[k] * o[j]
+			}
+		}
+		start += n
+	}
+	summaryNormed := applyNorm(&h.optionSummaryNorm, summaries, nq, w)
+	globalField := applyLinear(&h.globalProjection, global, 1)
+	fields := make([]T, nq*w)
+	for qi, q := range questions {
+		for j := range w {
+			fields[qi*w+j] = baseFields[qi*w+j] + summaryNormed[qi*w+j] + globalField[j] + T(h.typeEmbedding[q.Type*w+j])
+		}
+	}
+
+	// Decoder layers over the fields, then the field norm.
+	for i := range h.layers {
+		if fields, err = decoderForward(h, &h.layers[i], fields, nq, memory, L, w); err != nil {
+			return nil, err
+		}
+	}
+	fields = applyNorm(&h.fieldNorm, fields, nq, w)
+
+	// Scoring: lexical prior + gated joint term.
+	priorScale := T(math.Exp(math.Min(float64(h.priorLogitScale), math.Log(100))))
+	jointScale := T(math.Exp(math.Min(float64(h.jointLogitScale), math.Log(100))))
+	gate := T(1 / (1 + math.Exp(-float64(h.residualGate))))
+	options := applyNorm(&h.optionNorm, routed, no, w)
+	anchor := make([]T, hs)
+	features := make([]T, 4*w)
+	var priors, cosines, residuals []T
+	logits := make([][]T, nq)
+	start = 0
+	for qi, q := range questions {
+		for j := range hs {
+			anchor[j] = questionVectors[qi*hs+j] + global[j]
+		}
+		normalize(anchor)
+		field := fields[qi*w : (qi+1)*w]
+		out := make([]T, len(q.OptionSpans))
+		for k := range out {
+			oi := start + k
+			lexAnchor := append([]T(nil), optionLexical[oi*hs:(oi+1)*hs]...)
+			normalize(lexAnchor)
+			prior := priorScale * dot(lexAnchor, anchor)
+			o := options[oi*w : (oi+1)*w]
+			cos := cosineSimilarity(field, o)
+			for j := range w {
+				features[j] = field[j]
+				features[w+j] = o[j]
+				features[2*w+j] = field[j] * o[j]
+				features[3*w+j] = T(math.Abs(float64(field[j] - o[j])))
+			}
+			hidden := applyLinear(&h.residualScorer0, features, 1)
+			geluInPlace(hidden)
+			residual := applyLinear(&h.residualScorer3, hidden, 1)[0]
+			out[k] = prior + gate*(jointScale*cos+residual)
+			if tr != nil {
+				priors, cosines, residuals = append(priors, prior), append(cosines, cos), append(residuals, residual)
+			}
+		}
+		logits[qi] = out
+		start += len(q.OptionSpans)
+	}
+	if tr != nil {
+		tr.normedHidden, tr.memory = widen(normed), widen(memory)
+		tr.questionVectors, tr.optionContexts, tr.optionLexical = widen(questionVectors), widen(optionContexts), widen(optionLexical)
+		tr.routedOptions, tr.fields = widen(routed), widen(fields)
+		tr.prior, tr.cosine, tr.residual = widen(priors), widen(cosines), widen(residuals)
+	}
+	for qi, row := range logits {
+		for k, x := range row {
+			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+				return nil, fmt.Errorf("joint head: question %d option %d: logit is %v (non-finite hidden states?)", qi, k, x)
+			}
+		}
+	}
+	return logits, nil
+}
+
+// lexicalVectors returns, per option span, the mean of the lm_head rows of its
+// token ids [n, hidden]; each distinct id is fetched once.
+func lexicalVectors[T float](lex Lexicon, ids []int, spans [][2]int, hs int) ([]T, error) {
+	if lex == nil {
+		return nil, fmt.Errorf("joint head: no output embedding (thinker.lm_head.weight) for the lexical prior")
+	}
+	index := map[int]int{}
+	var unique []int
+	for _, s := range spans {
+		for _, id := range ids[s[0]:s[1]] {
+			if _, ok := index[id]; !ok {
+				index[id] = len(unique)
+				unique = append(unique, id)
+			}
+		}
+	}
+	rows, err := lex.Rows(unique)
+	if err != nil {
+		return nil, fmt.Errorf("joint head: lexical rows: %w", err)
+	}
+	if len(rows) != len(unique) {
+		return nil, fmt.Errorf("joint head: lexical rows: got %d rows for %d ids", len(rows), len(unique))
+	}
+	for i, r := range rows {
+		if len(r) != hs {
+			return nil, fmt.Errorf("joint head: lm_head row of token %d has %d values, want hidden size %d", unique[i], len(r), hs)
+		}
+	}
+	out := make([]T, len(spans)*hs)
+	acc := make([]float64, hs)
+	for oi, s := range spans {
+		clear(acc)
+		for _, id := range ids[s[0]:s[1]] {
+			for j, x := range rows[index[id]] {
+				acc[j] += float64(x)
+			}
+		}
+		n := float64(s[1] - s[0])
+		for j := range hs {
+			out[oi*hs+j] = T(acc[j] / n)
+		}
+	}
+	return out, nil
+}
+
+// evidenceForward runs one evidence-routing layer on the option queries q
+// [n, width] against the memory [L, width].
+func evidenceForward[T float](h *Head, e *evidenceLayer, q []T, n int, memory []T, L, w int) ([]T, error) {
+	nq := applyNorm(&e.queryNorm, q, n, w)
+	nm := applyNorm(&e.memoryNorm, memory, L, w)
+	routed, err := attend(h, &e.attention, nq, n, nm, L, w)
+	if err != nil {
+		return nil, err
+	}
+	q = add(q, routed)
+	return add(q, feedforward(&e.feedforward0, &e.feedforward3, applyNorm(&e.feedforwardNorm, q, n, w), n)), nil
+}
+
+// decoderForward runs one norm-first decoder layer on the fields x
+// [n, width] with the memory [L, width]: self-attention, cross-attention,
+// feed-forward.
+func decoderForward[T float](h *Head, d *decoderLayer, x []T, n int, memory []T, L, w int) ([]T, error) {
+	x1 := applyNorm(&d.norm1, x, n, w)
+	sa, err := attend(h, &d.selfAttn, x1, n, x1, n, w)
+	if err != nil {
+		return nil, err
+	}
+	x = add(x, sa)
+	ca, err := attend(h, &d.multiheadAttn, applyNorm(&d.norm2, x, n, w), n, memory, L, w)
+	if err != nil {
+		return nil, err
+	}
+	x = add(x, ca)
+	return add(x, feedforward(&d.linear1, &d.linear2, applyNorm(&d.norm3, x, n, w), n)), nil
+}
+
+// feedforward is Linear → exact GELU → Linear.
+func feedforward[T float](l1, l2 *linear, x []T, n int) []T {
+	hidden := applyLinear(l1, x, n)
+	geluInPlace(hidden)
+	return applyLinear(l2, hidden, n)
+}
+
+// attend is torch's multi-head attention of queries q [nq, width] over
+// keys/values kv [nk, width]: q, k, v projections, q scaled by
+// 1/sqrt(head_dim), softmax over the keys per head, out_proj.
+func attend[T float](h *Head, a *attention, q []T, nq int, kv []T, nk, w int) ([]T, error) {
+	Q := applyLinear(&a.q, q, nq)
+	K, err := project(h, &a.k, kv, nk)
+	if err != nil {
+		return nil, err
+	}
+	V, err := project(h, &a.v, kv, nk)
+	if err != nil {
+		return nil, err
+	}
+	hd := w / a.heads
+	scale := T(1 / math.Sqrt(float64(hd)))
+	for i := range Q {
+		Q[i] *= scale
+	}
+	out := make([]T, nq*w)
+	parallel(nq*a.heads, nk*hd, func(lo, hi int) {
+		scores := make([]T, nk)
+		for c := lo; c < hi; c++ {
+			i, hh := c/a.heads, c%a.heads
+			qi := Q[i*w+hh*hd : i*w+(hh+1)*hd]
+			for j := range nk {
+				scores[j] = dot(qi, K[j*w+hh*hd:j*w+(hh+1)*hd])
+			}
+			softmaxInPlace(scores)
+			o := out[i*w+hh*hd : i*w+(hh+1)*hd]
+			for j := range nk {
+				p := scores[j]
+				vj := V[j*w+hh*hd : j*w+(hh+1)*hd]
+				for d := range o {
+					o[d] += p * vj[d]
+				}
+			}
+		}
+	})
+	return applyLinear(&a.outProj, out, nq), nil
+}
+
+// Bind makes the head run its products over the record's tokens (the memory
+// projection and the key/value projections of the memory, which are nearly
+// all of its work on a long record) on b, in float32 mode; the rest stays in
+// Go. The weights of those products are uploaded once. After Bind, calls of
+// Logits must not overlap unless b allows concurrent use; LogitsFloat64
+// never uses b.
+func (h *Head) Bind(b backend.Backend) error {
+	ls := []*linear{&h.memoryProjection}
+	for i := range h.evidenceLayers {
+		ls = append(ls, &h.evidenceLayers[i].attention.k, &h.evidenceLayers[i].attention.v)
+	}
+	for i := range h.layers {
+		ls = append(ls, &h.layers[i].multiheadAttn.k, &h.layers[i].multiheadAttn.v)
+	}
+	var bound []*backend.Tensor
+	fail := func(err error) error {
+		b.Free(bound...)
+		for _, l := range ls {
+			l.bound = nil
+		}
+		return fmt.Errorf("joint head: binding to backend %s: %w", b.Name(), err)
+	}
+	for _, l := range ls {
+		t, err := b.Upload(l.weight, l.out, l.in)
+		if err != nil {
+			return fail(err)
+		}
+		bound = append(bound, t)
+		l.bound = t
+	}
+	// One row through the backend must agree with Go before it is trusted.
+	x := make([]float32, h.cfg.HiddenSize)
+	for i := range x {
+		x[i] = float32(math.Sin(float64(i) + 0.5))
+	}
+	got, err := backendLinear(b, &h.memoryProjection, x, 1)
+	if err != nil {
+		return fail(err)
+	}
+	want := applyLinear(&h.memoryProjection, x, 1)
+	for i := range want {
+		if d := math.Abs(float64(got[i] - want[i])); d > 1e-4*(1+math.Abs(float64(want[i]))) || math.IsNaN(float64(got[i])) {
+			return fail(fmt.Errorf("check product differs at %d: %v, want %v", i, got[i], want[i]))
+		}
+	}
+	h.b = b
+	return nil
+}
+
+// project is applyLinear for the products over the record's tokens: on the
+// bound backend in float32 mode, in Go otherwise.
+func project[T float](h *Head, l *linear, x []T, n int) ([]T, error) {
+	if xf, ok := any(x).([]float32); ok && h.b != nil && l.bound != nil {
+		y, err := backendLinear(h.b, l, xf, n)
+		if err != nil {
+			return nil, fmt.Errorf("joint head: backend %s: %w", h.b.Name(), err)
+		}
+		return any(y).([]T), nil
+	}
+	return applyLinear(l, x, n), nil
+}
+
+// backendLinear computes x·Wᵀ + b on the backend l is bound to.
+func backendLinear(b backend.Backend, l *linear, x []float32, n int) ([]float32, error) {
+	xt, err := b.Upload(x, n, l.in)
+	if err != nil {
+		return nil, err
+	}
+	defer b.Free(xt)
+	yt, err := b.MatMul(xt, l.bound)
+	if err != nil {
+		return nil, err
+	}
+	defer b.Free(yt)
+	y, err := b.Read(context.Background(), yt)
+	if err != nil {
+		return nil, err
+	}
+	if len(y) != n*l.out {
+		return nil, fmt.Errorf("matmul gave %d values, want %d", len(y), n*l.out)
+	}
+	if l.bias != nil {
+		for r := range n {
+			for o, bv := range l.bias {
+				y[r*l.out+o] += bv
+			}
+		}
+	}
+	return y, nil
+}
+
+// applyNorm returns LayerNorm(x) for n rows of size d (statistics in float64,
+// biased variance, eps 1e-5).
+func applyNorm[T float](ln *layerNorm, x []T, n, d int) []T {
+	out := make([]T, n*d)
+	for r := range n {
+		row := x[r*d : (r+1)*d]
+		var mean float64
+		for _, v := range row {
+			mean += float64(v)
+		}
+		mean /= float64(d)
+		var variance float64
+		for _, v := range row {
+			dv := float64(v) - mean
+			variance += dv * dv
+		}
+		variance /= float64(d)
+		inv := 1 / math.Sqrt(variance+layerNormEps)
+		o := out[r*d : (r+1)*d]
+		for j, v := range row {
+			o[j] = T((float64(v)-mean)*inv)*T(ln.weight[j]) + T(ln.bias[j])
+		}
+	}
+	return out
+}
+
+// Tile sizes of applyLinear: a tile of weight rows is run against blocks of
+// input rows so that both stay in cache.
+const (
+	weightTile = 16
+	inputTile  = 32
+)
+
+// applyLinear returns x·Wᵀ + b for n rows of x [n, in]. Tiles of weight rows
+// are shared out among the CPUs when the work is large.
+func applyLinear[T float](l *linear, x []T, n int) []T {
+	in, outN := l.in, l.out
+	y := make([]T, n*outN)
+	tiles := (outN + weightTile - 1) / weightTile
+	parallel(tiles, n*in*weightTile, func(lo, hi int) {
+		for t := lo; t < hi; t++ {
+			o0, o1 := t*weightTile, min((t+1)*weightTile, outN)
+			for r0 := 0; r0 < n; r0 += inputTile {
+				for r := r0; r < min(r0+inputTile, n); r++ {
+					xr := x[r*in : (r+1)*in]
+					yr := y[r*outN : (r+1)*outN]
+					o := o0
+					for ; o+4 <= o1; o += 4 {
+						yr[o], yr[o+1], yr[o+2], yr[o+3] = dot4W(xr, l.weight[o*in:(o+1)*in], l.weight[(o+1)*in:(o+2)*in], l.weight[(o+2)*in:(o+3)*in], l.weight[(o+3)*in:(o+4)*in])
+					}
+					for ; o < o1; o++ {
+						yr[o] = dotW(xr, l.weight[o*in:(o+1)*in])
+					}
+					if l.bias != nil {
+						for o := o0; o < o1; o++ {
+							yr[o] += T(l.bias[o])
+						}
+					}
+				}
+			}
+		}
+	})
+	return y
+}
+
+// dot4W returns the dot products of x with four float32 weight rows, loading
+// each x value once.
+func dot4W[T float](x []T, a, b, c, d []float32) (T, T, T, T) {
+	n := len(x)
+	a, b, c, d = a[:n], b[:n], c[:n], d[:n]
+	var sa0, sb0, sc0, sd0, sa1, sb1, sc1, sd1 T
+	i := 0
+	for ; i+2 <= n; i += 2 {
+		x0, x1 := x[i], x[i+1]
+		sa0 += x0 * T(a[i])
+		sb0 += x0 * T(b[i])
+		sc0 += x0 * T(c[i])
+		sd0 += x0 * T(d[i])
+		sa1 += x1 * T(a[i+1])
+		sb1 += x1 * T(b[i+1])
+		sc1 += x1 * T(c[i+1])
+		sd1 += x1 * T(d[i+1])
+	}
+	if i < n {
+		x0 := x[i]
+		sa0 += x0 * T(a[i])
+		sb0 += x0 * T(b[i])
+		sc0 += x0 * T(c[i])
+		sd0 += x0 * T(d[i])
+	}
+	return sa0 + sa1, sb0 + sb1, sc0 + sc1, sd0 + sd1
+}
+
+// parallel calls fn over [0, n) split into contiguous chunks, one goroutine
+// per CPU when n·cost is worth it.
+func parallel(n, cost int, fn func(lo, hi int)) {
+	workers := runtime.GOMAXPROCS(0)
+	if workers > n {
+		workers = n
+	}
+	if workers <= 1 || n*cost < 1<<16 {
+		fn(0, n)
+		return
+	}
+	var wg sync.WaitGroup
+	chunk := (n + workers - 1) / workers
+	for lo := 0; lo < n; lo += chunk {
+		hi := min(lo+chunk, n)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fn(lo, hi)
+		}()
+	}
+	wg.Wait()
+}
+
+// dotW is Σ x[i]·w[i] with float32 weights, in T, over four partial sums.
+func dotW[T float](x []T, w []float32) T {
+	w = w[:len(x)]
+	var s0, s1, s2, s3 T
+	i := 0
+	for ; i+4 <= len(x); i += 4 {
+		s0 += x[i] * T(w[i])
+		s1 += x[i+1] * T(w[i+1])
+		s2 += x[i+2] * T(w[i+2])
+		s3 += x[i+3] * T(w[i+3])
+	}
+	for ; i < len(x); i++ {
+		s0 += x[i] * T(w[i])
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// dot is Σ a[i]·b[i] in T over four partial sums.
+func dot[T float](a, b []T) T {
+	b = b[:len(a)]
+	var s0, s1, s2, s3 T
+	i := 0
+	for ; i+4 <= len(a); i += 4 {
+		s0 += a[i] * b[i]
+		s1 += a[i+1] * b[i+1]
+		s2 += a[i+2] * b[i+2]
+		s3 += a[i+3] * b[i+3]
+	}
+	for ; i < len(a); i++ {
+		s0 += a[i] * b[i]
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+func add[T float](a, b []T) []T {
+	out := make([]T, len(a))
+	for i := range a {
+		out[i] = a[i] + b[i]
+	}
+	return out
+}
+
+// spanMean writes the mean of rows [s[0], s[1]) of x (row size d) into dst.
+func spanMean[T float](dst, x []T, d int, s [2]int) {
+	acc := make([]float64, d)
+	for r := s[0]; r < s[1]; r++ {
+		for j, v := range x[r*d : (r+1)*d] {
+			acc[j] += float64(v)
+		}
+	}
+	n := float64(s[1] - s[0])
+	for j := range d {
+		dst[j] = T(acc[j] / n)
+	}
+}
+
+// softmaxInPlace replaces x by its softmax.
+func softmaxInPlace[T float](x []T) {
+	m := x[0]
+	for _, v := range x {
+		if v > m {
+			m = v
+		}
+	}
+	var sum T
+	for i, v := range x {
+		x[i] = T(math.Exp(float64(v - m)))
+		sum += x[i]
+	}
+	for i := range x {
+		x[i] /= sum
+	}
+}
+
+// geluInPlace applies the exact (erf) GELU, torch.nn.GELU's default.
+func geluInPlace[T float](x []T) {
+	for i, v := range x {
+		f := float64(v)
+		x[i] = T(0.5 * f * (1 + math.Erf(f/math.Sqrt2)))
+	}
+}
+
+// normalize divides x by max(‖x‖, 1e-12), as torch's F.normalize does.
+func normalize[T float](x []T) {
+	n := math.Sqrt(float64(dot(x, x)))
+	n = math.Max(n, 1e-12)
+	for i := range x {
+		x[i] = T(float64(x[i]) / n)
+	}
+}
+
+// cosineSimilarity is torch's F.cosine_similarity with eps 1e-8.
+func cosineSimilarity[T float](a, b []T) T {
+	na := float64(dot(a, a))
+	nb := float64(dot(b, b))
+	return T(float64(dot(a, b)) / math.Sqrt(math.Max(na*nb, 1e-16)))
+}
+
+func sameShape(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,261 @@
+package weights
+
+import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/clefrt/clef/quant"
+)
+
+// MLX quantized checkpoints (mlx-community/clef-omni-4bit, -8bit).
+//
+// A quantized Linear or Embedding stores three tensors: "P.weight" (U32,
+// codes packed little-endian along the row, 32/bits per word), "P.scales" and
+// "P.biases" (one per group of group_size values), with w = scale*q + bias.
+// config.json's "quantization" gives the default {group_size, bits} and may
+// override them per module path ("P": {...}) or exclude a module ("P": false).
+//
+// Names are mapped onto the canonical release names: the text model may sit
+// under thinker.model., thinker.language_model.model., language_model.model.
+// or model.language_model.; lm_head under the matching prefix; stacked experts
+// (mlp.switch_mlp.{gate,up,down}_proj, [E, out, in]) become per-expert views.
+// The towers keep or gain their thinker. prefix; talker.* and code2wav.* are
+// skipped; other names are kept as stored.
+
+type mlxQuant struct {
+	GroupSize int    `json:"group_size"`
+	Bits      int    `json:"bits"`
+	Mode      string `json:"mode"`
+}
+
+// mlxConfig parses the "quantization" entry of config.json.
+func mlxConfig(raw json.RawMessage) (def mlxQuant, over map[string]*mlxQuant, err error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return def, nil, fmt.Errorf("config.json quantization: %v", err)
+	}
+	over = map[string]*mlxQuant{}
+	for k, v := range m {
+		switch k {
+		case "group_size":
+			err = json.Unmarshal(v, &def.GroupSize)
+		case "bits":
+			err = json.Unmarshal(v, &def.Bits)
+		case "mode":
+			err = json.Unmarshal(v, &def.Mode)
+		default:
+			if string(v) == "false" {
+				over[k] = nil
+				continue
+			}
+			var q mlxQuant
+			if e := json.Unmarshal(v, &q); e != nil {
+				err = fmt.Errorf("override %q: %v", k, e)
+			} else {
+				over[k] = &q
+			}
+		}
+		if err != nil {
+			return def, nil, fmt.Errorf("config.json quantization: %v", err)
+		}
+	}
+	return def, over, nil
+}
+
+// mlxPrefixes maps stored prefixes to canonical ones, longest first.
+var mlxPrefixes = []struct{ from, to string }{
+	{"thinker.language_model.model.", "thinker.model."},
+	{"thinker.language_model.lm_head.", "thinker.lm_head."},
+	{"thinker.model.", "thinker.model."},
+	{"thinker.lm_head.", "thinker.lm_head."},
+	{"thinker.", "thinker."},
+	{"language_model.model.", "thinker.model."},
+	{"language_model.lm_head.", "thinker.lm_head."},
+	{"model.language_model.", "thinker.model."},
+	{"lm_head.", "thinker.lm_head."},
+	{"audio_tower.", "thinker.audio_tower."},
+	{"visual.", "thinker.visual."},
+	{"vision_tower.", "thinker.visual."},
+}
+
+func mlxCanonical(name string) string {
+	for _, p := range mlxPrefixes {
+		if rest, ok := strings.CutPrefix(name, p.from); ok {
+			return p.to + rest
+		}
+	}
+	return name
+}
+
+func openMLX(dir string, cfg map[string]json.RawMessage) (Model, error) {
+	def, over, err := mlxConfig(cfg["quantization"])
+	if err != nil {
+		return nil, fmt.Errorf("weights: %s: %v", dir, err)
+	}
+	shards, err := modelShards(dir)
+	if err != nil {
+		return nil, fmt.Errorf("weights: %v", err)
+	}
+	raw := newSet("mlx", dir)
+	for _, sh := range shards.files {
+		if err := raw.addSafetensors(sh, func(n string) (bool, error) { return !releaseSkipped(n), nil }); err != nil {
+			raw.Close()
+			return nil, fmt.Errorf("weights: %v", err)
+		}
+	}
+	if err := shards.check(raw); err != nil {
+		raw.Close()
+		return nil, fmt.Errorf("weights: %v", err)
+	}
+	s := newSet("mlx", dir)
+	s.files = raw.files
+	if err := mlxAssemble(s, raw, def, over); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("weights: %v", err)
+	}
+	if hp := filepath.Join(dir, headFile); fileExists(hp) {
+		if err := s.addSafetensors(hp, nil); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("weights: %v", err)
+		}
+	}
+	return s, nil
+}
+
+// mlxAssemble builds the canonical tensors of s from the stored ones of raw.
+func mlxAssemble(s, raw *Set, def mlxQuant, over map[string]*mlxQuant) error {
+	// Pass 1: the packed modules and the scales/biases they consume.
+	packed := map[string]bool{}
+	used := map[string]bool{}
+	for _, name := range raw.Names() {
+		module, ok := strings.CutSuffix(name, ".weight")
+		if ok && raw.tensors[name].Type == quant.U32 && raw.Has(module+".scales") {
+			packed[name] = true
+			used[module+".scales"], used[module+".biases"] = true, true
+		}
+	}
+	for _, name := range raw.Names() {
+		if used[name] {
+			continue
+		}
+		t := raw.tensors[name]
+		file := raw.origin[name]
+		if !packed[name] {
+			if err := addMLX(s, mlxCanonical(name), t, file); err != nil {
+				return err
+			}
+			continue
+		}
+		module := strings.TrimSuffix(name, ".weight")
+		q := def
+		if o, ok := over[module]; ok {
+			if o == nil {
+				return fmt.Errorf("%s: tensor %q is packed but quantization excludes module %q", file, name, module)
+			}
+			q = *o
+		}
+		if q.Mode != "" && q.Mode != "affine" {
+			return fmt.Errorf("%s: tensor %q: MLX quantization mode %q is not supported (affine only)", file, name, q.Mode)
+		}
+		var typ quant.Type
+		switch q.Bits {
+		case 4:
+			typ = quant.MLXAffine4
+		case 8:
+			typ = quant.MLXAffine8
+		default:
+			return fmt.Errorf("%s: tensor %q: MLX %d-bit quantization is not supported (4 or 8)", file, name, q.Bits)
+		}
+		sc, bi := raw.tensors[module+".scales"], raw.tensors[module+".biases"]
+		if bi == nil {
+			return fmt.Errorf("%s: tensor %q has scales but no %s.biases", file, name, module)
+		}
+		qt, err := mlxTensor(t, sc, bi, typ, q.GroupSize)
+		if err != nil {
+			return fmt.Errorf("%s: tensor %q: %v", file, name, err)
+		}
+		if err := addMLX(s, mlxCanonical(name), qt, file); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// mlxTensor checks the packed weight against its scales and biases and
+// returns the logical tensor.
+func mlxTensor(w, sc, bi *Tensor, typ quant.Type, g int) (*Tensor, error) {
+	bits := 4
+	if typ == quant.MLXAffine8 {
+		bits = 8
+	}
+	if g <= 0 || g%(32/bits) != 0 {
+		return nil, fmt.Errorf("bad MLX group size %d", g)
+	}
+	if len(w.Shape) < 2 {
+		return nil, fmt.Errorf("packed weight of shape %v: want at least 2 dimensions", w.Shape)
+	}
+	shape := append([]int(nil), w.Shape...)
+	shape[len(shape)-1] = w.Shape[len(w.Shape)-1] * 32 / bits
+	gshape := append([]int(nil), shape...)
+	gshape[len(gshape)-1] = shape[len(shape)-1] / g
+	if shape[len(shape)-1]%g != 0 {
+		return nil, fmt.Errorf("row of %d values is not a multiple of group size %d", shape[len(shape)-1], g)
+	}
+	for _, p := range []*Tensor{sc, bi} {
+		if p.Type != quant.F16 && p.Type != quant.BF16 && p.Type != quant.F32 {
+			return nil, fmt.Errorf("%s is %s, want F16, BF16 or F32", p.Name, typeName(p.Type))
+		}
+		if !equalShape(p.Shape, gshape) {
+			return nil, fmt.Errorf("%s has shape %v, want %v for %d-bit groups of %d", p.Name, p.Shape, gshape, bits, g)
+		}
+	}
+	return &Tensor{Name: w.Name, Type: typ, Shape: shape, Data: w.Data, Scales: sc, Biases: bi, GroupSize: g}, nil
+}
+
+func equalShape(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// addMLX adds one tensor under its canonical name, splitting stacked
+// switch_mlp experts into per-expert views.
+func addMLX(s *Set, canon string, t *Tensor, file string) error {
+	pre, rest, ok := strings.Cut(canon, ".mlp.switch_mlp.")
+	if !ok {
+		c := *t
+		c.Name = canon
+		return s.add(&c, file)
+	}
+	if len(t.Shape) != 3 {
+		return fmt.Errorf("%s: tensor %q: stacked experts need 3 dimensions, have %v", file, t.Name, t.Shape)
+	}
+	n := t.Shape[0]
+	for e := 0; e < n; e++ {
+		v := expertView(t, e, n)
+		v.Name = fmt.Sprintf("%s.mlp.experts.%d.%s", pre, e, rest)
+		if err := s.add(v, file); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// expertView returns expert e of a tensor stacked along its first dimension.
+func expertView(t *Tensor, e, n int) *Tensor {
+	per := len(t.Data) / n
+	v := &Tensor{Name: t.Name, Type: t.Type, Shape: t.Shape[1:], Data: t.Data[e*per : (e+1)*per : (e+1)*per], GroupSize: t.GroupSize}
+	if t.Scales != nil {
+		v.Scales = expertView(t.Scales, e, n)
+		v.Biases = expertView(t.Biases, e, n)
+	}
+	return v
+}

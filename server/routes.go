@@ -1,0 +1,449 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/clefrt/clef/engine/api"
+	"github.com/clefrt/clef/engine/pyjson"
+	"github.com/clefrt/clef/server/status"
+)
+
+// Workers AI model route served, as it appears after /ai/run/.
+const workersAIModel = "@cf/cloudflare/clef-omni"
+
+// workersAIModelName is what a Workers AI body's "model" must say (after
+// trimming white space, as the schema's pattern ^\s*clef-omni\s*$ allows).
+const workersAIModelName = "clef-omni"
+
+func (s *Server) routes() {
+	s.mux = http.NewServeMux()
+	s.mux.Handle("/v1/systemone", s.wrap("systemone", systemOne, http.MethodPost, s.handleDecide(systemOne)))
+	s.mux.Handle("/ai/run/{model...}", s.wrap("workers_ai", workersAI, http.MethodPost, s.handleDecide(workersAI)))
+	s.mux.Handle("/client/v4/accounts/{account}/ai/run/{model...}", s.wrap("workers_ai", workersAI, http.MethodPost, s.handleDecide(workersAI)))
+	s.mux.Handle("/ai/", s.wrap("not_found", workersAI, "", s.handleNoRoute(workersAI)))
+	s.mux.Handle("/client/v4/", s.wrap("not_found", workersAI, "", s.handleNoRoute(workersAI)))
+	s.mux.Handle("/v1/models", s.wrap("models", systemOne, http.MethodGet, s.handleModels))
+	s.mux.Handle("/health", s.wrap("health", systemOne, http.MethodGet, s.handleHealth))
+	s.mux.Handle("/healthz", s.wrap("health", systemOne, http.MethodGet, s.handleHealth))
+	s.mux.Handle("/metrics", s.wrap("metrics", systemOne, http.MethodGet, s.handleMetrics))
+	s.mux.Handle(status.Path, s.wrap("ps", systemOne, http.MethodGet, s.handlePS))
+	s.mux.Handle(status.ShutdownPath, s.wrap("shutdown", systemOne, http.MethodPost, s.handleShutdown))
+	s.mux.Handle("/", s.wrap("not_found", systemOne, "", s.handleNoRoute(systemOne)))
+}
+
+// recorder remembers the status a handler wrote.
+type recorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *recorder) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.ResponseWriter.Write(b)
+}
+
+// reqInfo carries a request's id and the timings its handler learned.
+type reqInfo struct {
+	id    string
+	attrs []slog.Attr
+}
+
+type handlerFunc func(w http.ResponseWriter, r *http.Request, ri *reqInfo)
+
+// wrap adds what every route shares: request id, method and bearer-token
+// checks, panic recovery, metrics and the request log.
+func (s *Server) wrap(route string, p protocol, method string, h handlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		ri := &reqInfo{id: requestID(r)}
+		w.Header().Set("X-Request-Id", ri.id)
+		if p == workersAI {
+			w.Header().Set("cf-ai-req-id", ri.id)
+		}
+		rec := &recorder{ResponseWriter: w}
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				s.metrics.panicked()
+				s.log.Error("panic serving request", "id", ri.id, "route", route, "panic", fmt.Sprint(v))
+				if rec.status == 0 {
+					writeError(rec, p, &httpError{Status: http.StatusInternalServerError, Code: api.CodeInternal, Message: "internal error"}, ri.id)
+				}
+			}
+			code := rec.status
+			if code == 0 {
+				code = 499 // nothing written: the client went away
+			}
+			d := time.Since(start)
+			s.metrics.request(route, code, d)
+			level := slog.LevelInfo
+			if route == "health" || route == "metrics" || route == "ps" {
+				level = slog.LevelDebug
+			}
+			attrs := append([]slog.Attr{slog.String("id", ri.id), slog.String("route", route), slog.String("method", r.Method),
+				slog.Int("status", code), slog.Float64("ms", float64(d.Microseconds())/1000)}, ri.attrs...)
+			s.log.LogAttrs(context.Background(), level, "request", attrs...)
+		}()
+		if route != "health" && !s.authorized(r) {
+			rec.Header().Set("WWW-Authenticate", `Bearer realm="clef"`)
+			writeError(rec, p, &httpError{Status: http.StatusUnauthorized, Code: codeUnauthorized, Message: "missing or invalid bearer token"}, ri.id)
+			return
+		}
+		if method != "" && r.Method != method && !(method == http.MethodGet && r.Method == http.MethodHead) {
+			rec.Header().Set("Allow", method)
+			writeError(rec, p, &httpError{Status: http.StatusMethodNotAllowed, Code: codeNoRoute, Message: r.Method + " is not allowed here; use " + method}, ri.id)
+			return
+		}
+		h(rec, r, ri)
+	})
+}
+
+// requestID is the client's X-Request-Id when it is a sane token, else a new one.
+func requestID(r *http.Request) string {
+	if id := r.Header.Get("X-Request-Id"); id != "" && len(id) <= 64 && strings.Trim(id, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:") == "" {
+		return id
+	}
+	var b [8]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// authorized compares the bearer token in constant time (hashes of equal
+// length, so not even the token's length leaks).
+func (s *Server) authorized(r *http.Request) bool {
+	if s.cfg.Token == "" {
+		return true
+	}
+	h := r.Header.Get("Authorization")
+	const prefix = "Bearer "
+	if len(h) < len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
+		return false
+	}
+	got := sha256.Sum256([]byte(strings.TrimSpace(h[len(prefix):])))
+	want := sha256.Sum256([]byte(s.cfg.Token))
+	return subtle.ConstantTimeCompare(got[:], want[:]) == 1
+}
+
+func (s *Server) handleNoRoute(p protocol) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request, ri *reqInfo) {
+		if p == workersAI {
+			writeError(w, p, &httpError{Status: http.StatusBadRequest, Code: codeNoRoute, Message: "No route for that URI"}, ri.id)
+			return
+		}
+		writeError(w, p, &httpError{Status: http.StatusNotFound, Code: codeNoRoute, Message: "no route for " + r.URL.Path}, ri.id)
+	}
+}
+
+// handleDecide serves a decision route in protocol p.
+func (s *Server) handleDecide(p protocol) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request, ri *reqInfo) {
+		if p == workersAI && r.PathValue("model") != workersAIModel {
+			writeError(w, p, &httpError{Status: http.StatusBadRequest, Code: codeNoRoute, Message: "No route for that URI"}, ri.id)
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+		if err != nil {
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				writeError(w, p, &httpError{Status: http.StatusRequestEntityTooLarge, Code: api.CodeTooLong,
+					Message: fmt.Sprintf("request body is larger than %d bytes", s.cfg.MaxBodyBytes)}, ri.id)
+				return
+			}
+			writeError(w, p, &httpError{Status: http.StatusBadRequest, Code: api.CodeNotJSON, Message: "reading the request body: " + err.Error()}, ri.id)
+			return
+		}
+		if s.cfg.LogBodies {
+			ri.attrs = append(ri.attrs, slog.String("body", string(body)))
+		}
+		ri.attrs = append(ri.attrs, slog.Int("body_bytes", len(body)))
+		if p == workersAI {
+			// The hosted route's estimate: (body bytes)/4 tokens, at most 131,072.
+			if err := api.CheckBodySize(len(body)); err != nil {
+				he, _ := toHTTPError(err)
+				writeError(w, p, he, ri.id)
+				return
+			}
+		}
+		req, err := s.parse(p, body)
+		if err != nil {
+			he, _ := toHTTPError(err)
+			ri.attrs = append(ri.attrs, slog.String("refused", he.Message))
+			writeError(w, p, he, ri.id)
+			return
+		}
+		dec, err := s.submit(r.Context(), req, ri)
+		if err != nil {
+			he, internal := toHTTPError(err)
+			if internal {
+				s.log.Error("decision failed", "id", ri.id, "err", err)
+			} else {
+				ri.attrs = append(ri.attrs, slog.String("refused", he.Message))
+			}
+			if he.Status == http.StatusTooManyRequests || he.Status >= 500 {
+				s.errorsN.Add(1)
+			}
+			if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+				return // client gone: nothing to write
+			}
+			writeError(w, p, he, ri.id)
+			return
+		}
+		if p == workersAI {
+			// The result is written byte for byte as the model rendered it.
+			out := append([]byte(`{"result":`), bytes.TrimSpace(dec.Body)...)
+			out = append(out, `,"success":true,"errors":[],"messages":[]}`...)
+			writeJSON(w, http.StatusOK, out)
+			return
+		}
+		writeJSON(w, http.StatusOK, bytes.TrimSpace(dec.Body))
+	}
+}
+
+// parse decodes and validates a body for protocol p: the reference's checks
+// on SystemOne, the hosted API's on Workers AI; media are refused until the
+// runtime reads them.
+func (s *Server) parse(p protocol, body []byte) (*api.Request, error) {
+	req, err := api.ParseRequest(body)
+	if err != nil {
+		return nil, err
+	}
+	if p == workersAI {
+		if err := checkWorkersAIModel(req); err != nil {
+			return nil, err
+		}
+	}
+	if p == workersAI {
+		err = req.ValidateHosted() // Validate, then the hosted limits
+	} else {
+		err = req.Validate()
+	}
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range []struct {
+		field string
+		v     *pyjson.Value
+	}{{"images", req.Images}, {"audio", req.Audio}, {"videos", req.Videos}} {
+		if hasMedia(m.v) {
+			return nil, &httpError{Status: http.StatusUnprocessableEntity, Code: api.CodeValidation, Field: m.field,
+				Message: m.field + ": media input is not supported yet by this runtime (text state only)"}
+		}
+	}
+	return req, nil
+}
+
+// checkWorkersAIModel applies the route's model check: the body's model
+// must be clef-omni, as the schema's pattern says and the hosted API checks.
+func checkWorkersAIModel(req *api.Request) error {
+	m := req.Doc.Get("model")
+	switch {
+	case m == nil:
+		return &httpError{Status: http.StatusUnprocessableEntity, Code: api.CodeValidation, Field: "model",
+			Message: `model: required; use "clef-omni" on @cf/cloudflare/clef-omni`}
+	case m.Kind != pyjson.String || strings.TrimSpace(m.Str) != workersAIModelName:
+		return &httpError{Status: http.StatusUnprocessableEntity, Code: api.CodeValidation, Field: "model",
+			Message: `model: must be "clef-omni" to match the route @cf/cloudflare/clef-omni`}
+	}
+	return nil
+}
+
+// hasMedia reports whether a media field holds anything (Python's
+// `record.get(field) or []`).
+func hasMedia(v *pyjson.Value) bool {
+	if v == nil {
+		return false
+	}
+	switch v.Kind {
+	case pyjson.Null:
+		return false
+	case pyjson.Array:
+		return len(v.Items) > 0
+	case pyjson.Object:
+		return len(v.Keys) > 0
+	case pyjson.String:
+		return v.Str != ""
+	case pyjson.Bool:
+		return v.Bool
+	}
+	return true
+}
+
+// submit queues a validated request and waits for its decision, its
+// deadline or its client's cancel.
+func (s *Server) submit(parent context.Context, req *api.Request, ri *reqInfo) (*Decision, error) {
+	if err := s.admit(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(parent, s.cfg.RequestTimeout)
+	defer cancel()
+	j := &job{ctx: ctx, req: req, enq: time.Now(), done: make(chan jobResult, 1)}
+	s.inflight.Add(1)
+	defer s.inflight.Add(-1)
+	if err := s.enqueue(j); err != nil {
+		if errors.Is(err, errQueueFull) {
+			return nil, &httpError{Status: http.StatusTooManyRequests, Code: api.CodeUnavailable,
+				Message: "Capacity temporarily exceeded: the decision queue is full", RetryAfter: s.retryAfter()}
+		}
+		return nil, err
+	}
+	var res jobResult
+	select {
+	case res = <-j.done:
+	case <-ctx.Done():
+		// The worker skips or aborts it; answer now.
+		res = jobResult{err: ctx.Err(), wait: time.Since(j.enq)}
+	}
+	ri.attrs = append(ri.attrs, slog.Float64("queue_ms", ms(res.wait)), slog.Float64("decide_ms", ms(res.run)))
+	if res.err != nil {
+		return nil, res.err
+	}
+	s.requests.Add(1)
+	s.metrics.decision(res.dec.InputTokens, res.run)
+	ri.attrs = append(ri.attrs, slog.Int("input_tokens", res.dec.InputTokens))
+	for _, st := range res.dec.Stages {
+		ri.attrs = append(ri.attrs, slog.Float64(st.Name+"_ms", ms(st.Dur)))
+	}
+	return res.dec, nil
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// retryAfter estimates, in whole seconds, when the queue will have room.
+func (s *Server) retryAfter() int {
+	p50 := s.metrics.quantiles(0.5)[0] / 1000
+	secs := int(math.Ceil(float64(s.depth.Load()) * p50))
+	return max(1, min(secs, 60))
+}
+
+func (s *Server) handleModels(w http.ResponseWriter, r *http.Request, ri *reqInfo) {
+	ps := s.PS()
+	type model struct {
+		ID      string `json:"id"`
+		Object  string `json:"object"`
+		Created int64  `json:"created"`
+		OwnedBy string `json:"owned_by"`
+		State   string `json:"state"`
+	}
+	out := struct {
+		Object string  `json:"object"`
+		Data   []model `json:"data"`
+	}{Object: "list"}
+	for _, m := range ps.Models {
+		out.Data = append(out.Data, model{ID: m.Name, Object: "model", Created: s.started.Unix(), OwnedBy: "clef", State: m.State})
+	}
+	body, _ := json.Marshal(out)
+	writeJSON(w, http.StatusOK, body)
+}
+
+func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request, ri *reqInfo) {
+	s.mu.Lock()
+	state, loaded, loadErr := s.state, s.model != nil, s.loadErr
+	s.mu.Unlock()
+	type health struct {
+		Status string `json:"status"`
+		Model  string `json:"model"`
+		Reason string `json:"reason,omitempty"`
+	}
+	h := health{Status: "ok", Model: s.cfg.ModelName}
+	code := http.StatusOK
+	if state != status.StateReady || !loaded {
+		code = http.StatusServiceUnavailable
+		h.Status = state
+		switch state {
+		case status.StateStarting, status.StateLoading:
+			h.Reason = "model is loading"
+			w.Header().Set("Retry-After", "5")
+		case status.StateUnloaded:
+			h.Reason = "model unloaded after the idle timeout; the next decision reloads it"
+		case status.StateFailed:
+			h.Reason = "model failed to load: " + loadErr.Error()
+		case status.StateStopping:
+			h.Reason = "server is shutting down"
+		default:
+			h.Reason = "model not loaded"
+		}
+	}
+	body, _ := json.Marshal(h)
+	writeJSON(w, code, body)
+}
+
+func (s *Server) handlePS(w http.ResponseWriter, r *http.Request, ri *reqInfo) {
+	body, _ := json.Marshal(s.PS())
+	writeJSON(w, http.StatusOK, body)
+}
+
+func (s *Server) handleShutdown(w http.ResponseWriter, r *http.Request, ri *reqInfo) {
+	if s.cfg.Token == "" && !isLoopback(r.RemoteAddr) {
+		writeError(w, systemOne, &httpError{Status: http.StatusForbidden, Code: codeUnauthorized, Message: "shutdown is only allowed from loopback or with the bearer token"}, ri.id)
+		return
+	}
+	s.shutdownOnce.Do(func() { close(s.shutdownReq) })
+	writeJSON(w, http.StatusAccepted, []byte(`{"status":"shutting down"}`))
+}
+
+func isLoopback(remote string) bool {
+	host, _, err := net.SplitHostPort(remote)
+	if err != nil {
+		host = remote
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request, ri *reqInfo) {
+	ps := s.PS()
+	m := ps.Models[0]
+	loaded := 0.0
+	if m.State == status.StateReady {
+		loaded = 1
+	}
+	gauges := []gauge{
+		{name: "clef_queue_depth", help: "Decisions waiting for the worker.", value: float64(ps.Queue.Depth)},
+		{name: "clef_queue_capacity", help: "Bound of the decision queue.", value: float64(ps.Queue.Capacity)},
+		{name: "clef_in_flight", help: "Decisions queued or running.", value: float64(m.InFlight)},
+		{name: "clef_model_loaded", help: "1 when the model is loaded and warmed up.", value: loaded},
+		{name: "clef_resident_bytes", help: "Memory held by the loaded model (process RSS when the model does not say).", value: float64(m.ResidentBytes)},
+		{name: "clef_process_resident_bytes", help: "Resident set size of the daemon.", value: float64(processRSS())},
+		{name: "clef_uptime_seconds", help: "Seconds since the daemon started.", value: ps.Daemon.UptimeS},
+	}
+	c := s.cache.Status()
+	gauges = append(gauges,
+		gauge{name: "clef_prefix_cache_bytes", help: "Bytes of prefix key/values cached.", value: float64(c.Bytes)},
+		gauge{name: "clef_prefix_cache_max_bytes", help: "Bound of the prefix cache.", value: float64(c.MaxBytes)},
+		gauge{name: "clef_prefix_cache_entries", help: "Prefixes cached.", value: float64(c.Entries)},
+		gauge{name: "clef_prefix_cache_hits_total", help: "Decisions whose prefix was cached.", typ: "counter", value: float64(c.Hits)},
+		gauge{name: "clef_prefix_cache_misses_total", help: "Decisions whose prefix was computed.", typ: "counter", value: float64(c.Misses)},
+		gauge{name: "clef_prefix_cache_evictions_total", help: "Prefixes evicted to stay in bounds.", typ: "counter", value: float64(c.Evictions)},
+	)
+	var b bytes.Buffer
+	s.metrics.write(&b, gauges)
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	w.WriteHeader(http.StatusOK)
+	w.Write(b.Bytes())
+}

@@ -1,0 +1,483 @@
+// msl_shim.h: just enough of the Metal Shading Language, as C++, to compile
+// the kernels in shaders/*.metal with clang++-19 on a machine without Metal
+// and run them on CPU fibers (see runtime.cpp). It is included before the
+// (lightly rewritten) .metal source; see shaders/emu for the rewrite rules and
+// shaders/README.md for the subset of MSL it emulates faithfully.
+//
+// Model: every GPU thread of a threadgroup is a fiber; fibers of one
+// threadgroup run cooperatively on one OS thread, so `threadgroup` arrays are
+// `static thread_local`. Simd-group collectives publish each lane's value in a
+// per-simdgroup exchange area and synchronise the active lanes of that
+// simdgroup; threadgroup_barrier synchronises every thread of the group.
+// simdgroup_matrix values are held in full by every lane.
+#pragma once
+
+#include <stdint.h>
+#include <string.h>
+#include <type_traits>
+
+#define MSL_SHIM 1
+
+// ---- address spaces and function qualifiers --------------------------------
+#define kernel
+#define device
+#define constant
+#define thread
+#define threadgroup
+#define METAL_FUNC inline
+
+// ---- scalar types ------------------------------------------------------------
+typedef _Float16 half;
+typedef unsigned char uchar;
+typedef unsigned short ushort;
+typedef unsigned int uint;
+typedef uint64_t ulong;
+
+// ---- vector types (ext_vector_type gives swizzles and component-wise ops) ----
+#define MSL_VEC(T, N) typedef T T##N __attribute__((ext_vector_type(N)));
+#define MSL_VECS(T) MSL_VEC(T, 2) MSL_VEC(T, 3) MSL_VEC(T, 4)
+MSL_VECS(float)
+MSL_VECS(half)
+MSL_VECS(int)
+MSL_VECS(uint)
+MSL_VECS(short)
+MSL_VECS(ushort)
+MSL_VECS(char)
+MSL_VECS(uchar)
+MSL_VECS(ulong)
+#undef MSL_VECS
+#undef MSL_VEC
+
+namespace msl {
+
+template <class T> struct vinfo {
+  static constexpr int n = 0;
+  typedef T elem;
+};
+#define MSL_VINFO(T, N)                                                        \
+  template <> struct vinfo<T##N> {                                             \
+    static constexpr int n = N;                                                \
+    typedef T elem;                                                            \
+  };
+#define MSL_VINFOS(T) MSL_VINFO(T, 2) MSL_VINFO(T, 3) MSL_VINFO(T, 4)
+MSL_VINFOS(float)
+MSL_VINFOS(half)
+MSL_VINFOS(int)
+MSL_VINFOS(uint)
+MSL_VINFOS(short)
+MSL_VINFOS(ushort)
+MSL_VINFOS(char)
+MSL_VINFOS(uchar)
+MSL_VINFOS(ulong)
+#undef MSL_VINFOS
+#undef MSL_VINFO
+
+template <class T> constexpr bool is_vec = vinfo<T>::n > 0;
+
+template <class E, class A> inline void put(E *buf, int &i, A a) {
+  if constexpr (is_vec<A>) {
+    for (int k = 0; k < vinfo<A>::n; k++)
+      buf[i++] = (E)a[k];
+  } else {
+    buf[i++] = (E)a;
+  }
+}
+
+// make builds an MSL vector the way its constructor syntax does: a splat of
+// one scalar, a component-wise conversion of one vector of the same length, or
+// the concatenation of scalars and vectors.
+template <class V, class... A> inline V make(A... a) {
+  typedef typename vinfo<V>::elem E;
+  constexpr int N = vinfo<V>::n;
+  if constexpr (sizeof...(A) == 0) {
+    V v = (E)0;
+    return v;
+  } else if constexpr (sizeof...(A) == 1 && (!is_vec<A> && ...)) {
+    E e = (E)(a, ...);
+    V v = e;
+    return v;
+  } else if constexpr (sizeof...(A) == 1 && (is_vec<A> && ...)) {
+    static_assert(((vinfo<A>::n == N) && ...), "vector conversion between different lengths");
+    return __builtin_convertvector((a, ...), V);
+  } else {
+    E buf[N];
+    int i = 0;
+    (put(buf, i, a), ...);
+    if (i != N)
+      __builtin_trap();
+    V v;
+    for (int k = 0; k < N; k++)
+      v[k] = buf[k];
+    return v;
+  }
+}
+
+} // namespace msl
+
+#define float2(...) msl::make<float2>(__VA_ARGS__)
+#define float3(...) msl::make<float3>(__VA_ARGS__)
+#define float4(...) msl::make<float4>(__VA_ARGS__)
+#define half2(...) msl::make<half2>(__VA_ARGS__)
+#define half3(...) msl::make<half3>(__VA_ARGS__)
+#define half4(...) msl::make<half4>(__VA_ARGS__)
+#define int2(...) msl::make<int2>(__VA_ARGS__)
+#define int3(...) msl::make<int3>(__VA_ARGS__)
+#define int4(...) msl::make<int4>(__VA_ARGS__)
+#define uint2(...) msl::make<uint2>(__VA_ARGS__)
+#define uint3(...) msl::make<uint3>(__VA_ARGS__)
+#define uint4(...) msl::make<uint4>(__VA_ARGS__)
+#define ulong2(...) msl::make<ulong2>(__VA_ARGS__)
+#define short2(...) msl::make<short2>(__VA_ARGS__)
+#define short4(...) msl::make<short4>(__VA_ARGS__)
+#define ushort2(...) msl::make<ushort2>(__VA_ARGS__)
+#define ushort4(...) msl::make<ushort4>(__VA_ARGS__)
+#define char4(...) msl::make<char4>(__VA_ARGS__)
+#define uchar4(...) msl::make<uchar4>(__VA_ARGS__)
+
+// ---- constants -------------------------------------------------------------
+#define INFINITY __builtin_inff()
+#define NAN __builtin_nanf("")
+#define FLT_MAX 3.402823466e+38f
+#define FLT_MIN 1.175494351e-38f
+#define HALF_MAX ((half)65504.0f)
+#define M_PI_F 3.14159265358979323846f
+#define M_LOG2E_F 1.44269504088896340736f
+#define M_SQRT1_2_F 0.70710678118654752440f
+
+namespace metal {
+
+template <class T, class F> inline T vmap(T v, F f) {
+  if constexpr (msl::is_vec<T>) {
+    T r;
+    for (int k = 0; k < msl::vinfo<T>::n; k++)
+      r[k] = f(v[k]);
+    return r;
+  } else {
+    return f(v);
+  }
+}
+
+template <class T> struct real_of {
+  typedef T type;
+};
+
+#define MSL_UNARY(name, fexpr)                                                 \
+  inline float name(float x) { return fexpr; }                                 \
+  inline half name(half h) {                                                   \
+    float x = (float)h;                                                        \
+    return (half)(fexpr);                                                      \
+  }                                                                            \
+  template <class V, class = std::enable_if_t<msl::is_vec<V>>>                 \
+  inline V name(V v) {                                                         \
+    return vmap(v, [](typename msl::vinfo<V>::elem e) { return name(e); });    \
+  }
+
+MSL_UNARY(exp, __builtin_expf(x))
+MSL_UNARY(exp2, __builtin_exp2f(x))
+MSL_UNARY(log, __builtin_logf(x))
+MSL_UNARY(log2, __builtin_log2f(x))
+MSL_UNARY(sqrt, __builtin_sqrtf(x))
+MSL_UNARY(rsqrt, 1.0f / __builtin_sqrtf(x))
+MSL_UNARY(tanh, __builtin_tanhf(x))
+MSL_UNARY(sin, __builtin_sinf(x))
+MSL_UNARY(cos, __builtin_cosf(x))
+MSL_UNARY(fabs, __builtin_fabsf(x))
+MSL_UNARY(floor, __builtin_floorf(x))
+MSL_UNARY(ceil, __builtin_ceilf(x))
+MSL_UNARY(round, __builtin_roundf(x))
+MSL_UNARY(rint, __builtin_rintf(x))
+MSL_UNARY(trunc, __builtin_truncf(x))
+#undef MSL_UNARY
+
+inline float pow(float x, float y) { return __builtin_powf(x, y); }
+inline float fma(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
+inline float fmax(float a, float b) { return __builtin_fmaxf(a, b); }
+inline float fmin(float a, float b) { return __builtin_fminf(a, b); }
+
+template <class T> inline T abs(T x) {
+  return vmap(x, [](auto e) { return e < 0 ? (decltype(e))-e : e; });
+}
+template <class T> inline T min(T a, T b) {
+  if constexpr (msl::is_vec<T>) {
+    T r;
+    for (int k = 0; k < msl::vinfo<T>::n; k++)
+      r[k] = a[k] < b[k] ? a[k] : b[k];
+    return r;
+  } else {
+    return a < b ? a : b;
+  }
+}
+template <class T> inline T max(T a, T b) {
+  if constexpr (msl::is_vec<T>) {
+    T r;
+    for (int k = 0; k < msl::vinfo<T>::n; k++)
+      r[k] = a[k] > b[k] ? a[k] : b[k];
+    return r;
+  } else {
+    return a > b ? a : b;
+  }
+}
+template <class T> inline T clamp(T x, T lo, T hi) { return min(max(x, lo), hi); }
+template <class T> inline T select(T a, T b, bool c) { return c ? b : a; }
+inline bool isnan(float x) { return __builtin_isnan(x); }
+inline bool isinf(float x) { return __builtin_isinf(x); }
+inline bool isfinite(float x) { return __builtin_isfinite(x); }
+
+template <class V> inline typename msl::vinfo<V>::elem dot(V a, V b) {
+  typename msl::vinfo<V>::elem s = 0;
+  for (int k = 0; k < msl::vinfo<V>::n; k++)
+    s += a[k] * b[k];
+  return s;
+}
+
+// as_type reinterprets the bits of a value of the same size.
+template <class To, class From> inline To as_type(From f) {
+  static_assert(sizeof(To) == sizeof(From), "as_type between different sizes");
+  return __builtin_bit_cast(To, f);
+}
+
+namespace fast {
+using metal::exp;
+using metal::exp2;
+using metal::log;
+using metal::rsqrt;
+using metal::sqrt;
+using metal::tanh;
+using metal::sin;
+using metal::cos;
+} // namespace fast
+namespace precise {
+using metal::exp;
+using metal::exp2;
+using metal::log;
+using metal::rsqrt;
+using metal::sqrt;
+using metal::tanh;
+using metal::sin;
+using metal::cos;
+} // namespace precise
+
+// ---- synchronisation (implemented by the runtime) ----------------------------
+enum class mem_flags { mem_none = 0, mem_device = 1, mem_threadgroup = 2, mem_texture = 4 };
+
+} // namespace metal
+
+extern "C" {
+void msl_rt_threadgroup_barrier(void);
+void msl_rt_simd_sync(void);
+// msl_rt_simd_slots returns the simdgroup's exchange area (32 lanes × 64
+// bytes), this lane's index and the mask of lanes that have not exited.
+unsigned char *msl_rt_simd_slots(unsigned *lane, unsigned *mask);
+}
+
+namespace metal {
+
+inline void threadgroup_barrier(mem_flags) { msl_rt_threadgroup_barrier(); }
+inline void simdgroup_barrier(mem_flags) { msl_rt_simd_sync(); }
+
+namespace detail {
+// simd_collective publishes x in this lane's slot, waits for the active lanes
+// of the simdgroup, combines the slots of the lanes in mask, and waits again so
+// that the slots may be reused.
+template <class T, class F> inline T simd_collective(T x, F combine) {
+  static_assert(sizeof(T) <= 64, "simd value too large");
+  unsigned lane, mask;
+  unsigned char *slots = msl_rt_simd_slots(&lane, &mask);
+  memcpy(slots + 64 * lane, &x, sizeof(T));
+  msl_rt_simd_sync();
+  T r = combine(slots, lane, mask);
+  msl_rt_simd_sync();
+  return r;
+}
+template <class T> inline T slot(unsigned char *slots, unsigned i) {
+  T v;
+  memcpy(&v, slots + 64 * i, sizeof(T));
+  return v;
+}
+inline bool live(unsigned mask, unsigned i) { return i < 32 && ((mask >> i) & 1u); }
+template <class T, class Op> inline T reduce(unsigned char *s, unsigned mask, Op op) {
+  bool first = true;
+  T r{};
+  for (unsigned i = 0; i < 32; i++)
+    if (live(mask, i)) {
+      r = first ? slot<T>(s, i) : op(r, slot<T>(s, i));
+      first = false;
+    }
+  return r;
+}
+} // namespace detail
+
+template <class T> inline T simd_sum(T x) {
+  return detail::simd_collective(x, [](unsigned char *s, unsigned, unsigned m) {
+    return detail::reduce<T>(s, m, [](T a, T b) { return a + b; });
+  });
+}
+template <class T> inline T simd_max(T x) {
+  return detail::simd_collective(x, [](unsigned char *s, unsigned, unsigned m) {
+    return detail::reduce<T>(s, m, [](T a, T b) { return max(a, b); });
+  });
+}
+template <class T> inline T simd_min(T x) {
+  return detail::simd_collective(x, [](unsigned char *s, unsigned, unsigned m) {
+    return detail::reduce<T>(s, m, [](T a, T b) { return min(a, b); });
+  });
+}
+template <class T> inline T simd_prefix_exclusive_sum(T x) {
+  return detail::simd_collective(x, [](unsigned char *s, unsigned lane, unsigned m) {
+    T r = 0;
+    for (unsigned i = 0; i < lane; i++)
+      if (detail::live(m, i))
+        r += detail::slot<T>(s, i);
+    return r;
+  });
+}
+template <class T> inline T simd_prefix_inclusive_sum(T x) {
+  return detail::simd_collective(x, [](unsigned char *s, unsigned lane, unsigned m) {
+    T r = 0;
+    for (unsigned i = 0; i <= lane; i++)
+      if (detail::live(m, i))
+        r += detail::slot<T>(s, i);
+    return r;
+  });
+}
+// Reading an inactive lane is undefined in MSL; the emulation returns the
+// caller's own value there.
+template <class T> inline T simd_shuffle(T x, ushort src) {
+  return detail::simd_collective(x, [src, x](unsigned char *s, unsigned, unsigned m) {
+    return detail::live(m, src) ? detail::slot<T>(s, src) : x;
+  });
+}
+template <class T> inline T simd_broadcast(T x, ushort src) { return simd_shuffle(x, src); }
+template <class T> inline T simd_shuffle_down(T x, ushort d) {
+  return detail::simd_collective(x, [d, x](unsigned char *s, unsigned lane, unsigned m) {
+    return detail::live(m, lane + d) ? detail::slot<T>(s, lane + d) : x;
+  });
+}
+template <class T> inline T simd_shuffle_up(T x, ushort d) {
+  return detail::simd_collective(x, [d, x](unsigned char *s, unsigned lane, unsigned m) {
+    return lane >= d && detail::live(m, lane - d) ? detail::slot<T>(s, lane - d) : x;
+  });
+}
+template <class T> inline T simd_shuffle_xor(T x, ushort k) {
+  return detail::simd_collective(x, [k, x](unsigned char *s, unsigned lane, unsigned m) {
+    return detail::live(m, lane ^ k) ? detail::slot<T>(s, lane ^ k) : x;
+  });
+}
+inline bool simd_any(bool b) {
+  return detail::simd_collective(b, [](unsigned char *s, unsigned, unsigned m) {
+    return detail::reduce<bool>(s, m, [](bool a, bool c) { return a || c; });
+  });
+}
+inline bool simd_all(bool b) {
+  return detail::simd_collective(b, [](unsigned char *s, unsigned, unsigned m) {
+    return detail::reduce<bool>(s, m, [](bool a, bool c) { return a && c; });
+  });
+}
+
+// ---- simdgroup matrices ------------------------------------------------------
+// Every lane holds the whole matrix (row-major); loads read it whole, stores
+// write it whole, products are computed in float by every lane.
+template <class T, int R, int C> struct simdgroup_matrix {
+  T e[R * C];
+};
+typedef simdgroup_matrix<float, 8, 8> simdgroup_float8x8;
+typedef simdgroup_matrix<half, 8, 8> simdgroup_half8x8;
+
+template <class T, int R, int C> inline simdgroup_matrix<T, R, C> make_filled_simdgroup_matrix(T v) {
+  simdgroup_matrix<T, R, C> m;
+  for (int i = 0; i < R * C; i++)
+    m.e[i] = v;
+  return m;
+}
+
+template <class T, class S, int R, int C>
+inline void simdgroup_load(thread simdgroup_matrix<T, R, C> &m, const S *src, ulong elements_per_row = C,
+                           ulong2 origin = 0, bool transpose = false) {
+  for (int r = 0; r < R; r++)
+    for (int c = 0; c < C; c++) {
+      ulong row = transpose ? (ulong)c : (ulong)r, col = transpose ? (ulong)r : (ulong)c;
+      m.e[r * C + c] = (T)src[(origin.y + row) * elements_per_row + origin.x + col];
+    }
+}
+template <class T, class S, int R, int C>
+inline void simdgroup_store(simdgroup_matrix<T, R, C> m, S *dst, ulong elements_per_row = C, ulong2 origin = 0,
+                            bool transpose = false) {
+  for (int r = 0; r < R; r++)
+    for (int c = 0; c < C; c++) {
+      ulong row = transpose ? (ulong)c : (ulong)r, col = transpose ? (ulong)r : (ulong)c;
+      dst[(origin.y + row) * elements_per_row + origin.x + col] = (S)m.e[r * C + c];
+    }
+}
+template <class TD, class TA, class TB, class TC, int M, int N, int K>
+inline void simdgroup_multiply_accumulate(thread simdgroup_matrix<TD, M, N> &d, simdgroup_matrix<TA, M, K> a,
+                                          simdgroup_matrix<TB, K, N> b, simdgroup_matrix<TC, M, N> c) {
+  simdgroup_matrix<TD, M, N> r;
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) {
+      float s = (float)c.e[i * N + j];
+      for (int k = 0; k < K; k++)
+        s += (float)a.e[i * K + k] * (float)b.e[k * N + j];
+      r.e[i * N + j] = (TD)s;
+    }
+  d = r;
+}
+template <class TD, class TA, class TB, int M, int N, int K>
+inline void simdgroup_multiply(thread simdgroup_matrix<TD, M, N> &d, simdgroup_matrix<TA, M, K> a,
+                               simdgroup_matrix<TB, K, N> b) {
+  simdgroup_multiply_accumulate(d, a, b, make_filled_simdgroup_matrix<TD, M, N>((TD)0));
+}
+
+// ---- atomics (device scope; threadgroups may run on different OS threads) -----
+enum memory_order { memory_order_relaxed = 0 };
+struct atomic_uint {
+  uint v;
+};
+struct atomic_int {
+  int v;
+};
+inline uint atomic_fetch_add_explicit(volatile atomic_uint *p, uint x, memory_order) {
+  return __atomic_fetch_add(&p->v, x, __ATOMIC_SEQ_CST);
+}
+inline int atomic_fetch_add_explicit(volatile atomic_int *p, int x, memory_order) {
+  return __atomic_fetch_add(&p->v, x, __ATOMIC_SEQ_CST);
+}
+inline uint atomic_load_explicit(volatile atomic_uint *p, memory_order) { return __atomic_load_n(&p->v, __ATOMIC_SEQ_CST); }
+inline void atomic_store_explicit(volatile atomic_uint *p, uint x, memory_order) {
+  __atomic_store_n(&p->v, x, __ATOMIC_SEQ_CST);
+}
+
+} // namespace metal
+
+// ---- binding helpers used by the generated dispatch wrappers -----------------
+namespace msl {
+// anyptr converts to whatever pointer or reference type a kernel parameter has.
+struct anyptr {
+  void *p;
+  template <class T> operator T *() const { return (T *)p; }
+  template <class T> operator T &() const { return *(T *)p; }
+};
+// anyvec converts a builtin position to the scalar or vector type declared.
+struct anyvec {
+  uint3 v;
+  template <class T> operator T() const {
+    if constexpr (is_vec<T>) {
+      T r;
+      for (int k = 0; k < vinfo<T>::n && k < 3; k++)
+        r[k] = (typename vinfo<T>::elem)v[k];
+      return r;
+    } else {
+      return (T)v.x;
+    }
+  }
+};
+struct ctx {
+  anyptr buf[31];
+  anyptr tgmem[31];
+  uint3 thread_position_in_grid, threadgroup_position_in_grid, thread_position_in_threadgroup,
+      threads_per_threadgroup, threadgroups_per_grid;
+  uint thread_index_in_threadgroup, thread_index_in_simdgroup, simdgroup_index_in_threadgroup,
+      threads_per_simdgroup, simdgroups_per_threadgroup;
+};
+} // namespace msl
+
+using namespace metal;

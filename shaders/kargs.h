@@ -1,0 +1,119 @@
+// kargs.h: the argument structs shared by the kernels (shaders/*.metal) and
+// the host (metal/kargs.go mirrors every struct field by field; a test compares
+// sizes and offsets). Each kernel takes one of these at buffer(0), set with
+// setBytes. Counts are int (32-bit), byte sizes and strides ulong (64-bit).
+// Keep every struct a multiple of 8 bytes with no implicit padding.
+#ifndef CLEF_KARGS_H
+#define CLEF_KARGS_H
+
+#if defined(__METAL_VERSION__) || defined(MSL_SHIM)
+#define KARGS_INT int
+#define KARGS_ULONG ulong
+#else
+#include <stdint.h>
+#define KARGS_INT int32_t
+#define KARGS_ULONG uint64_t
+#endif
+
+// Elementwise ops over n elements (add, mul, silu_mul, gelu, scale).
+typedef struct {
+  KARGS_INT n;      // elements
+  float alpha;      // scale (scale_f32)
+} kargs_eltwise;
+
+// RMSNorm / LayerNorm over rows of cols elements: y = norm(x) * w (+ b).
+typedef struct {
+  KARGS_INT rows;
+  KARGS_INT cols;
+  KARGS_INT x_stride; // elements between rows of x
+  KARGS_INT y_stride; // elements between rows of y
+  float eps;
+  KARGS_INT _pad;
+} kargs_norm;
+
+// Rotary embedding (NeoX pairing: dim i rotates with i + head_dim/2) over
+// x[token][head][head_dim] into y (y may be x). Frequency i takes its
+// position from stream[i] (0 temporal, 1 height, 2 width) of pos[token][3]
+// and its inverse frequency from inv_freq[i]: the host builds both tables,
+// so plain, chunked and interleaved M-RoPE are the same kernel.
+typedef struct {
+  KARGS_INT tokens;
+  KARGS_INT heads;
+  KARGS_INT head_dim;
+  KARGS_INT x_stride; // elements between tokens of x
+  KARGS_INT y_stride; // elements between tokens of y
+  KARGS_INT _pad;
+} kargs_rope;
+
+// Row scatter-add: y = x, then y[rows[i]] += src[i] (rows distinct).
+typedef struct {
+  KARGS_INT rows;   // rows of x and y
+  KARGS_INT cols;
+  KARGS_INT n_src;  // rows of src
+  KARGS_INT _pad;
+} kargs_add_rows;
+
+// Row gather: y[i][:] = dequant(w[ids[i]][:]).
+typedef struct {
+  KARGS_INT n_ids;
+  KARGS_INT cols;
+  KARGS_ULONG row_bytes;   // bytes per row of w
+  KARGS_ULONG s_row_bytes; // MLX affine: bytes per row of scales/biases
+  KARGS_INT group_size;    // MLX affine: elements per scale group
+  KARGS_INT scale_bf16;    // MLX affine: scales/biases are bf16 (else f16)
+  KARGS_INT n_rows;        // rows of w (ids are checked against it)
+  KARGS_INT _pad;
+} kargs_get_rows;
+
+// y[n][m] = sum_k x[n][k] * W[m][k]: W is [M][K] in a storage format, x and y
+// are f32. The _id variants run one matrix per expert over the token rows the
+// expert was routed (see kargs_moe and moe_map).
+typedef struct {
+  KARGS_INT M;               // rows of W (output features)
+  KARGS_INT N;               // rows of x (tokens)
+  KARGS_INT K;               // columns of W and x
+  KARGS_INT x_stride;        // elements between rows of x
+  KARGS_INT y_stride;        // elements between rows of y
+  KARGS_INT group_size;      // MLX affine
+  KARGS_ULONG row_bytes;     // bytes per row of W
+  KARGS_ULONG s_row_bytes;   // MLX affine: bytes per row of scales/biases
+  KARGS_ULONG expert_bytes;  // _id: bytes per expert of W
+  KARGS_ULONG s_expert_bytes; // _id: bytes per expert of scales/biases
+  KARGS_INT scale_bf16;      // MLX affine: scales/biases are bf16 (else f16)
+  KARGS_INT n_expert;        // _id: experts
+  KARGS_INT topk;            // _id: slots per token
+  KARGS_INT x_per_slot;      // _id: 1 if x has one row per (token, slot), 0 if one per token
+} kargs_matmul;
+
+// MoE routing: logits [tokens][n_expert] -> ids, weights [tokens][topk];
+// per-expert lists of (token*topk + slot) in token order; weighted combine.
+typedef struct {
+  KARGS_INT tokens;
+  KARGS_INT n_expert;
+  KARGS_INT topk;
+  KARGS_INT norm_topk; // renormalise the top-k weights to sum to 1
+  KARGS_INT cols;      // combine: elements per row
+  KARGS_INT add_residual; // combine: y += residual
+} kargs_moe;
+
+// Attention: q [L][n_head][D], k/v [Lk][n_kv][D], o [L][n_head][D], all f32.
+// Query i sits at position (Lk - L + i); causal masks keys after it.
+typedef struct {
+  KARGS_INT L;
+  KARGS_INT Lk;
+  KARGS_INT n_head;
+  KARGS_INT n_kv;
+  KARGS_INT head_dim;
+  KARGS_INT causal;
+  KARGS_INT q_stride; // elements between tokens of q
+  KARGS_INT k_stride; // elements between tokens of k
+  KARGS_INT v_stride;
+  KARGS_INT o_stride;
+  float scale;
+  KARGS_INT _pad;
+} kargs_attn;
+
+#undef KARGS_INT
+#undef KARGS_ULONG
+
+#endif // CLEF_KARGS_H

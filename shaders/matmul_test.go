@@ -1,0 +1,437 @@
+package shaders_test
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand"
+	"os"
+	"testing"
+
+	"github.com/clefrt/clef/metal"
+	"github.com/clefrt/clef/shaders/emu"
+)
+
+// weights is a test matrix [M][K] in one storage format with its exact
+// dequantization.
+type weights struct {
+	M, K           int
+	data, sc, bi   []byte
+	rowBytes, sRow int
+	groupSize, sbf int
+	deq            []float64
+}
+
+// fmtInfo describes the formats the kernels support: ggml formats take their
+// blocks (and exact dequantizations) from testdata/quant, so every kernel is
+// checked against llama.cpp's own decoding.
+type fmtInfo struct {
+	name       string // kernel suffix
+	fixture    string // testdata/quant file stem, "" for generated formats
+	elems      int
+	blockBytes int
+}
+
+var formats = []fmtInfo{
+	{"f32", "", 1, 4},
+	{"f16", "f16", 1, 2},
+	{"bf16", "bf16", 1, 2},
+	{"q8_0", "q8_0", 32, 34},
+	{"q5_1", "q5_1", 32, 24},
+	{"q5_0", "q5_0", 32, 22},
+	{"q4_1", "q4_1", 32, 20},
+	{"q4_0", "q4_0", 32, 18},
+	{"q6_K", "q6_K", 256, 210},
+	{"q5_K", "q5_K", 256, 176},
+	{"q4_K", "q4_K", 256, 144},
+	{"q3_K", "q3_K", 256, 110},
+	{"q2_K", "q2_K", 256, 84},
+	{"mlx4", "", 32, 0},
+	{"mlx8", "", 32, 0},
+}
+
+type blockPool struct {
+	blocks [][]byte
+	deq    [][]float32
+}
+
+var pools = map[string]*blockPool{}
+
+func loadPool(t *testing.T, f fmtInfo) *blockPool {
+	if p := pools[f.name]; p != nil {
+		return p
+	}
+	p := &blockPool{}
+	for _, variant := range []string{"", ".imat"} {
+		raw, err := os.ReadFile("../testdata/quant/" + f.fixture + variant + ".blocks.bin")
+		if os.IsNotExist(err) && variant != "" {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		deqRaw, err := os.ReadFile("../testdata/quant/" + f.fixture + variant + ".deq.f32.bin")
+		if err != nil {
+			t.Fatal(err)
+		}
+		deq := emu.ToF32(deqRaw)
+		n := len(raw) / f.blockBytes
+		if n*f.elems != len(deq) {
+			t.Fatalf("%s fixture: %d blocks but %d dequantized values", f.name, n, len(deq))
+		}
+		for i := 0; i < n; i++ {
+			p.blocks = append(p.blocks, raw[i*f.blockBytes:(i+1)*f.blockBytes])
+			p.deq = append(p.deq, deq[i*f.elems:(i+1)*f.elems])
+		}
+	}
+	pools[f.name] = p
+	return p
+}
+
+// f16Bits returns a random normal half in ±[2^-4, 2^2) and its value.
+func f16Bits(rng *rand.Rand) (uint16, float64) {
+	s, e, m := rng.Intn(2), 11+rng.Intn(6), rng.Intn(1024)
+	v := math.Ldexp(1+float64(m)/1024, e-15)
+	if s == 1 {
+		v = -v
+	}
+	return uint16(s<<15 | e<<10 | m), v
+}
+
+func makeWeights(t *testing.T, rng *rand.Rand, f fmtInfo, M, K int) *weights {
+	w := &weights{M: M, K: K, deq: make([]float64, M*K)}
+	switch {
+	case f.name == "f32":
+		v := randF32(rng, M*K, 0.5)
+		w.data = emu.F32(v)
+		for i, x := range v {
+			w.deq[i] = float64(x)
+		}
+		w.rowBytes = 4 * K
+	case f.name == "mlx4" || f.name == "mlx8":
+		bits := 4
+		if f.name == "mlx8" {
+			bits = 8
+		}
+		w.groupSize = []int{32, 64}[rng.Intn(2)]
+		if K%w.groupSize != 0 {
+			w.groupSize = 32
+		}
+		w.sbf = rng.Intn(2)
+		groups := K / w.groupSize
+		w.rowBytes = K * bits / 8
+		w.sRow = 2 * groups
+		w.data = make([]byte, M*w.rowBytes)
+		rng.Read(w.data)
+		w.sc = make([]byte, M*w.sRow)
+		w.bi = make([]byte, M*w.sRow)
+		scale := make([]float64, M*groups)
+		bias := make([]float64, M*groups)
+		for i := range scale {
+			for j, dst := range []*[]float64{&scale, &bias} {
+				var bitsV uint16
+				var v float64
+				if w.sbf == 1 {
+					f := float32(rng.NormFloat64() * 0.05)
+					bitsV = uint16(math.Float32bits(f) >> 16)
+					v = float64(math.Float32frombits(uint32(bitsV) << 16))
+				} else {
+					bitsV, v = f16Bits(rng)
+					v /= 64
+					bitsV -= 6 << 10 // divide by 64 exactly: exponent - 6
+				}
+				(*dst)[i] = v
+				buf := w.sc
+				if j == 1 {
+					buf = w.bi
+				}
+				binary.LittleEndian.PutUint16(buf[2*i:], bitsV)
+			}
+		}
+		for r := 0; r < M; r++ {
+			for e := 0; e < K; e++ {
+				bit := e * bits
+				q := (int(w.data[r*w.rowBytes+bit/8]) >> (bit % 8)) & (1<<bits - 1)
+				g := r*groups + e/w.groupSize
+				w.deq[r*K+e] = float64(float32(scale[g])*float32(q) + float32(bias[g]))
+			}
+		}
+	default:
+		p := loadPool(t, f)
+		if K%f.elems != 0 {
+			t.Fatalf("K=%d is not a multiple of the %s block", K, f.name)
+		}
+		nb := K / f.elems
+		w.rowBytes = nb * f.blockBytes
+		for r := 0; r < M; r++ {
+			for b := 0; b < nb; b++ {
+				i := rng.Intn(len(p.blocks))
+				// Skip the 'huge' and 'tiny' fixture rows' blocks half of the time
+				// so that typical magnitudes dominate.
+				w.data = append(w.data, p.blocks[i]...)
+				for j, v := range p.deq[i] {
+					w.deq[r*K+b*f.elems+j] = float64(v)
+				}
+			}
+		}
+	}
+	if w.sc == nil {
+		w.sc, w.bi = w.data, w.data
+	}
+	return w
+}
+
+// matmulRef returns y[n][m] = sum_k x[n][k] W[m][k] and sum |x W| per output.
+func matmulRef(w *weights, x []float32, xStride int, rowOf func(n int) int, N int) (want, abs []float64) {
+	want = make([]float64, N*w.M)
+	abs = make([]float64, N*w.M)
+	for n := 0; n < N; n++ {
+		xr := x[rowOf(n)*xStride:]
+		for m := 0; m < w.M; m++ {
+			var s, a float64
+			for k := 0; k < w.K; k++ {
+				p := float64(xr[k]) * w.deq[m*w.K+k]
+				s += p
+				a += math.Abs(p)
+			}
+			want[n*w.M+m], abs[n*w.M+m] = s, a
+		}
+	}
+	return
+}
+
+func checkAbsRef(t *testing.T, what string, got []float32, want, abs []float64, rel float64) {
+	t.Helper()
+	bad := 0
+	for i := range want {
+		if d := math.Abs(float64(got[i]) - want[i]); !(d <= rel*abs[i]+1e-30) {
+			if bad < 5 {
+				t.Errorf("%s[%d] = %g, want %g (|x·w| sum %g)", what, i, got[i], want[i], abs[i])
+			}
+			bad++
+		}
+	}
+	if bad > 0 {
+		t.Errorf("%s: %d of %d outputs off", what, bad, len(want))
+	}
+}
+
+func nanF32(n int) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(math.NaN())
+	}
+	return v
+}
+
+func matmulArgs(w *weights, N, xStride, yStride int) metal.KargsMatmul {
+	return metal.KargsMatmul{M: int32(w.M), N: int32(N), K: int32(w.K), XStride: int32(xStride), YStride: int32(yStride),
+		GroupSize: int32(w.groupSize), RowBytes: uint64(w.rowBytes), SRowBytes: uint64(w.sRow), ScaleBF16: int32(w.sbf)}
+}
+
+func mulMvCase(f fmtInfo) kernelCase {
+	return func(t *testing.T, h *emu.Harness, rng *rand.Rand) {
+		ks := []int{512}
+		if f.elems == 1 {
+			ks = []int{100, 512}
+		}
+		for _, K := range ks {
+			M, N := 37, 3
+			w := makeWeights(t, rng, f, M, K)
+			xStride, yStride := K+5, M+3
+			x := randF32(rng, N*xStride, 1)
+			y := nanF32(N * yStride)
+			args := matmulArgs(w, N, xStride, yStride)
+			name := "mul_mv_" + f.name
+			out := runJob(t, h, &emu.Job{Kernel: name, Grid: [3]int{groups(M, 4), N, 1}, Group: [3]int{64, 1, 1},
+				Buffers: []emu.Buffer{{Index: 0, Data: metal.Bytes(&args)}, {Index: 1, Data: w.data}, {Index: 2, Data: w.sc}, {Index: 3, Data: w.bi}, {Index: 4, Data: emu.F32(x)}, {Index: 5, Data: emu.F32(y)}}})
+			got := emu.ToF32(out[5])
+			want, abs := matmulRef(w, x, xStride, func(n int) int { return n }, N)
+			for n := 0; n < N; n++ {
+				checkAbsRef(t, fmt.Sprintf("%s K=%d row %d", name, K, n), got[n*yStride:n*yStride+M], want[n*M:(n+1)*M], abs[n*M:(n+1)*M], 2e-6)
+				for m := M; m < yStride; m++ {
+					if !math.IsNaN(float64(got[n*yStride+m])) {
+						t.Fatalf("%s wrote into the row padding", name)
+					}
+				}
+			}
+		}
+	}
+}
+
+func mulMmCase(f fmtInfo) kernelCase {
+	return func(t *testing.T, h *emu.Harness, rng *rand.Rand) {
+		M, N, K := 70, 37, 256
+		if f.elems == 1 {
+			K = 101 // a row tail inside the last 32-wide step
+		}
+		w := makeWeights(t, rng, f, M, K)
+		xStride, yStride := K+3, M+1
+		x := randF32(rng, N*xStride, 1)
+		y := nanF32(N * yStride)
+		args := matmulArgs(w, N, xStride, yStride)
+		name := "mul_mm_" + f.name
+		out := runJob(t, h, &emu.Job{Kernel: name, Grid: [3]int{groups(N, 32), groups(M, 64), 1}, Group: [3]int{128, 1, 1},
+			Buffers: []emu.Buffer{{Index: 0, Data: metal.Bytes(&args)}, {Index: 1, Data: w.data}, {Index: 2, Data: w.sc}, {Index: 3, Data: w.bi}, {Index: 4, Data: emu.F32(x)}, {Index: 5, Data: emu.F32(y)}}})
+		got := emu.ToF32(out[5])
+		want, abs := matmulRef(w, x, xStride, func(n int) int { return n }, N)
+		for n := 0; n < N; n++ {
+			checkAbsRef(t, fmt.Sprintf("%s token %d", name, n), got[n*yStride:n*yStride+M], want[n*M:(n+1)*M], abs[n*M:(n+1)*M], 2e-6)
+			if !math.IsNaN(float64(got[n*yStride+M])) {
+				t.Fatalf("%s wrote into the row padding", name)
+			}
+		}
+	}
+}
+
+// routing returns random distinct top-k experts per token and the per-expert
+// lists moe_map builds: entries token*topk+slot in token order.
+func routing(rng *rand.Rand, T, E, topk int) (ids []int32, counts []int32, lists []int32) {
+	ids = make([]int32, T*topk)
+	counts = make([]int32, E)
+	lists = make([]int32, E*T)
+	for t := 0; t < T; t++ {
+		perm := rng.Perm(E)
+		for s := 0; s < topk; s++ {
+			ids[t*topk+s] = int32(perm[s])
+		}
+	}
+	for e := 0; e < E; e++ {
+		for t := 0; t < T; t++ {
+			for s := 0; s < topk; s++ {
+				if ids[t*topk+s] == int32(e) {
+					lists[e*T+int(counts[e])] = int32(t*topk + s)
+					counts[e]++
+				}
+			}
+		}
+	}
+	return
+}
+
+func mulMmIDCase(f fmtInfo) kernelCase {
+	return func(t *testing.T, h *emu.Harness, rng *rand.Rand) {
+		E, topk, T, M, K := 3, 2, 37, 67, 256
+		for _, perSlot := range []int{0, 1} {
+			var ws []*weights
+			var data, sc, bi []byte
+			for e := 0; e < E; e++ {
+				w := makeWeights(t, rng, f, M, K)
+				if e > 0 && f.name[:3] == "mlx" {
+					w.groupSize, w.sbf = ws[0].groupSize, ws[0].sbf
+					w = regroup(t, rng, f, w, ws[0])
+				}
+				ws = append(ws, w)
+				data = append(data, w.data...)
+				if w.sRow > 0 {
+					sc = append(sc, w.sc...)
+					bi = append(bi, w.bi...)
+				}
+			}
+			if sc == nil {
+				sc, bi = data, data
+			}
+			ids, counts, lists := routing(rng, T, E, topk)
+			xRows := T
+			if perSlot == 1 {
+				xRows = T * topk
+			}
+			xStride, yStride := K+1, M+2
+			x := randF32(rng, xRows*xStride, 1)
+			y := nanF32(T * topk * yStride)
+			args := matmulArgs(ws[0], T, xStride, yStride)
+			args.ExpertBytes = uint64(M * ws[0].rowBytes)
+			args.SExpertBytes = uint64(M * ws[0].sRow)
+			args.NExpert, args.TopK, args.XPerSlot = int32(E), int32(topk), int32(perSlot)
+			name := "mul_mm_id_" + f.name
+			out := runJob(t, h, &emu.Job{Kernel: name, Grid: [3]int{groups(T, 32), groups(M, 64), E}, Group: [3]int{128, 1, 1},
+				Buffers: []emu.Buffer{{Index: 0, Data: metal.Bytes(&args)}, {Index: 1, Data: data}, {Index: 2, Data: sc}, {Index: 3, Data: bi}, {Index: 4, Data: emu.F32(x)}, {Index: 5, Data: emu.F32(y)},
+					{Index: 6, Data: emu.I32(counts)}, {Index: 7, Data: emu.I32(lists)}}})
+			got := emu.ToF32(out[5])
+			for tk := 0; tk < T; tk++ {
+				for s := 0; s < topk; s++ {
+					entry := tk*topk + s
+					row := tk
+					if perSlot == 1 {
+						row = entry
+					}
+					want, abs := matmulRef(ws[ids[entry]], x, xStride, func(int) int { return row }, 1)
+					checkAbsRef(t, fmt.Sprintf("%s perSlot=%d token %d slot %d", name, perSlot, tk, s),
+						got[entry*yStride:entry*yStride+M], want, abs, 2e-6)
+				}
+			}
+		}
+	}
+}
+
+// regroup regenerates an MLX matrix with the group size and scale type of ref
+// (experts share them).
+func regroup(t *testing.T, rng *rand.Rand, f fmtInfo, w, ref *weights) *weights {
+	for {
+		n := makeWeights(t, rng, f, w.M, w.K)
+		if n.groupSize == ref.groupSize && n.sbf == ref.sbf {
+			return n
+		}
+	}
+}
+
+func getRowsCase(f fmtInfo) kernelCase {
+	return func(t *testing.T, h *emu.Harness, rng *rand.Rand) {
+		rows, cols := 8, 512
+		var w *weights
+		if f.fixture != "" {
+			// Whole fixture rows: the result must be llama.cpp's dequantization
+			// bit for bit.
+			p := loadPool(t, f)
+			w = &weights{M: rows, K: cols, deq: make([]float64, rows*cols)}
+			per := cols / f.elems
+			for i := 0; i < rows*per; i++ {
+				w.data = append(w.data, p.blocks[i]...)
+				for j, v := range p.deq[i] {
+					w.deq[i*f.elems+j] = float64(v)
+				}
+			}
+			w.rowBytes = per * f.blockBytes
+			w.sc, w.bi = w.data, w.data
+		} else {
+			w = makeWeights(t, rng, f, rows, cols)
+		}
+		ids := []int32{3, 0, 7, 3, 5, 1, 6, 2, 4}
+		args := metal.KargsGetRows{NIDs: int32(len(ids)), Cols: int32(cols), RowBytes: uint64(w.rowBytes), SRowBytes: uint64(w.sRow),
+			GroupSize: int32(w.groupSize), ScaleBF16: int32(w.sbf), NRows: int32(rows)}
+		y := nanF32(len(ids) * cols)
+		name := "get_rows_" + f.name
+		out := runJob(t, h, &emu.Job{Kernel: name, Grid: [3]int{len(ids), 1, 1}, Group: [3]int{64, 1, 1},
+			Buffers: []emu.Buffer{{Index: 0, Data: metal.Bytes(&args)}, {Index: 1, Data: w.data}, {Index: 2, Data: w.sc}, {Index: 3, Data: w.bi}, {Index: 4, Data: emu.I32(ids)}, {Index: 5, Data: emu.F32(y)}}})
+		got := emu.ToF32(out[5])
+		for i, id := range ids {
+			for c := 0; c < cols; c++ {
+				g, want := got[i*cols+c], w.deq[int(id)*cols+c]
+				if f.fixture != "" || f.name == "f32" {
+					if math.Float32bits(g) != math.Float32bits(float32(want)) {
+						t.Fatalf("%s: row %d col %d = %g (%08x), want %g bit for bit", name, id, c, g, math.Float32bits(g), want)
+					}
+				} else if math.Abs(float64(g)-want) > 1e-6*math.Abs(want)+1e-12 {
+					t.Fatalf("%s: row %d col %d = %g, want %g", name, id, c, g, want)
+				}
+			}
+		}
+		// An id outside the table gives NaN, never a read outside it.
+		bad := []int32{int32(rows)}
+		args.NIDs = 1
+		out = runJob(t, h, &emu.Job{Kernel: name, Grid: [3]int{1, 1, 1}, Group: [3]int{64, 1, 1},
+			Buffers: []emu.Buffer{{Index: 0, Data: metal.Bytes(&args)}, {Index: 1, Data: w.data}, {Index: 2, Data: w.sc}, {Index: 3, Data: w.bi}, {Index: 4, Data: emu.I32(bad)}, {Index: 5, Data: emu.F32(make([]float32, cols))}}})
+		if v := emu.ToF32(out[5])[0]; !math.IsNaN(float64(v)) {
+			t.Fatalf("%s: out-of-range id gave %g, want NaN", name, v)
+		}
+	}
+}
+
+func init() {
+	for _, f := range formats {
+		register("mul_mv_"+f.name, mulMvCase(f))
+		register("mul_mm_"+f.name, mulMmCase(f))
+		register("mul_mm_id_"+f.name, mulMmIDCase(f))
+		register("get_rows_"+f.name, getRowsCase(f))
+	}
+}

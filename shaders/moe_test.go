@@ -1,0 +1,106 @@
+package shaders_test
+
+import (
+	"math"
+	"math/rand"
+	"sort"
+	"testing"
+
+	"github.com/clefrt/clef/metal"
+	"github.com/clefrt/clef/shaders/emu"
+)
+
+func moeTopkCase(t *testing.T, h *emu.Harness, rng *rand.Rand) {
+	for _, sh := range []struct{ T, E, k, norm int }{{37, 128, 8, 1}, {5, 60, 4, 0}} {
+		logits := randF32(rng, sh.T*sh.E, 2)
+		args := metal.KargsMoe{Tokens: int32(sh.T), NExpert: int32(sh.E), TopK: int32(sh.k), NormTopK: int32(sh.norm)}
+		out := runJob(t, h, &emu.Job{Kernel: "moe_topk_f32", Grid: [3]int{groups(sh.T, 64), 1, 1}, Group: [3]int{64, 1, 1},
+			Buffers: []emu.Buffer{{Index: 0, Data: metal.Bytes(&args)}, {Index: 1, Data: emu.F32(logits)},
+				{Index: 2, Data: make([]byte, 4*sh.T*sh.k)}, {Index: 3, Data: make([]byte, 4*sh.T*sh.k)}}})
+		ids, ws := emu.ToI32(out[2]), emu.ToF32(out[3])
+		for tk := 0; tk < sh.T; tk++ {
+			l := logits[tk*sh.E : (tk+1)*sh.E]
+			order := make([]int, sh.E)
+			for i := range order {
+				order[i] = i
+			}
+			sort.SliceStable(order, func(a, b int) bool { return l[order[a]] > l[order[b]] })
+			var mx, sum float64 = math.Inf(-1), 0
+			for _, v := range l {
+				mx = math.Max(mx, float64(v))
+			}
+			for _, v := range l {
+				sum += math.Exp(float64(v) - mx)
+			}
+			want := make([]float64, sh.k)
+			var psum float64
+			for s := 0; s < sh.k; s++ {
+				want[s] = math.Exp(float64(l[order[s]])-mx) / sum
+				psum += want[s]
+				if int(ids[tk*sh.k+s]) != order[s] {
+					t.Fatalf("token %d slot %d: expert %d, want %d", tk, s, ids[tk*sh.k+s], order[s])
+				}
+			}
+			if sh.norm == 1 {
+				for s := range want {
+					want[s] /= psum
+				}
+			}
+			checkClose(t, "moe_topk weights", ws[tk*sh.k:(tk+1)*sh.k], want, 1e-7, 1e-5)
+		}
+	}
+}
+
+func moeMapCase(t *testing.T, h *emu.Harness, rng *rand.Rand) {
+	for _, sh := range []struct{ T, E, k int }{{37, 128, 8}, {3, 5, 2}} {
+		ids, counts, lists := routing(rng, sh.T, sh.E, sh.k)
+		args := metal.KargsMoe{Tokens: int32(sh.T), NExpert: int32(sh.E), TopK: int32(sh.k)}
+		out := runJob(t, h, &emu.Job{Kernel: "moe_map", Grid: [3]int{groups(sh.E, 32), 1, 1}, Group: [3]int{32, 1, 1},
+			Buffers: []emu.Buffer{{Index: 0, Data: metal.Bytes(&args)}, {Index: 1, Data: emu.I32(ids)},
+				{Index: 2, Data: make([]byte, 4*sh.E)}, {Index: 3, Data: make([]byte, 4*sh.E*sh.T)}}})
+		gc, gl := emu.ToI32(out[2]), emu.ToI32(out[3])
+		for e := 0; e < sh.E; e++ {
+			if gc[e] != counts[e] {
+				t.Fatalf("expert %d: count %d, want %d", e, gc[e], counts[e])
+			}
+			for i := 0; i < int(counts[e]); i++ {
+				if gl[e*sh.T+i] != lists[e*sh.T+i] {
+					t.Fatalf("expert %d entry %d: %d, want %d", e, i, gl[e*sh.T+i], lists[e*sh.T+i])
+				}
+			}
+		}
+	}
+}
+
+func moeCombineCase(t *testing.T, h *emu.Harness, rng *rand.Rand) {
+	for _, res := range []int{0, 1} {
+		T, k, cols := 7, 8, 131
+		ys := randF32(rng, T*k*cols, 1)
+		ws := randF32(rng, T*k, 0.3)
+		r := randF32(rng, T*cols, 1)
+		args := metal.KargsMoe{Tokens: int32(T), TopK: int32(k), Cols: int32(cols), AddResidual: int32(res)}
+		out := runJob(t, h, &emu.Job{Kernel: "moe_combine_f32", Grid: [3]int{groups(T*cols, 256), 1, 1}, Group: [3]int{256, 1, 1},
+			Buffers: []emu.Buffer{{Index: 0, Data: metal.Bytes(&args)}, {Index: 1, Data: emu.F32(ys)}, {Index: 2, Data: emu.F32(ws)},
+				{Index: 3, Data: emu.F32(r)}, {Index: 4, Data: emu.F32(nanF32(T * cols))}}})
+		want := make([]float64, T*cols)
+		for tk := 0; tk < T; tk++ {
+			for c := 0; c < cols; c++ {
+				var s float64
+				if res == 1 {
+					s = float64(r[tk*cols+c])
+				}
+				for j := 0; j < k; j++ {
+					s += float64(ws[tk*k+j]) * float64(ys[(tk*k+j)*cols+c])
+				}
+				want[tk*cols+c] = s
+			}
+		}
+		checkClose(t, "moe_combine", emu.ToF32(out[4]), want, 1e-6, 1e-5)
+	}
+}
+
+func init() {
+	register("moe_topk_f32", moeTopkCase)
+	register("moe_map", moeMapCase)
+	register("moe_combine_f32", moeCombineCase)
+}
