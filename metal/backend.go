@@ -400,7 +400,11 @@ func (b *Backend) matmul(xh, wh, y *tensor) error {
 	}
 	a := KargsMatmul{M: int32(M), N: int32(N), K: int32(K), XStride: int32(xh.cols), YStride: int32(y.cols),
 		GroupSize: int32(wh.groupSize), RowBytes: uint64(wh.rowBytes), SRowBytes: uint64(wh.sRowBytes), ScaleBF16: b2i(wh.scaleBF16)}
-	bufs := []arg{in(1, wh), {Index: 2, Buf: wh.sBuf, Off: wh.sOff}, {Index: 3, Buf: wh.bBuf, Off: wh.bOff}, in(4, xh), out(5, y)}
+	sBuf, sOff, bBuf, bOff := wh.sBuf, wh.sOff, wh.bBuf, wh.bOff
+	if sBuf == nil { // an activation as the right-hand side
+		sBuf, sOff, bBuf, bOff = wh.buf, wh.off, wh.buf, wh.off
+	}
+	bufs := []arg{in(1, wh), {Index: 2, Buf: sBuf, Off: sOff}, {Index: 3, Buf: bBuf, Off: bOff}, in(4, xh), out(5, y)}
 	if N <= mvMaxTokens {
 		return b.run("mul_mv_"+suffix, [3]int{groups(M, 4), N, 1}, [3]int{64, 1, 1}, Bytes(&a), bufs...)
 	}

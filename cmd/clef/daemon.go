@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -22,7 +23,7 @@ func init() {
 	}
 	var model, addr, token string
 	var idle string
-	var load bool
+	var load, unload bool
 	install := &cobra.Command{
 		Use:   "install",
 		Short: "Write the LaunchAgent that starts clef serve at login",
@@ -60,6 +61,9 @@ func init() {
 				args = append(args, "--token", token)
 			}
 			if idle != "" {
+				if _, err := time.ParseDuration(idle); err != nil {
+					return &exitError{2, fmt.Errorf("--idle-unload: %w", err)}
+				}
 				args = append(args, "--idle-unload", idle)
 			}
 			p, err := launchagent.Install(home, launchagent.Config{Program: prog, Args: args, LogPath: launchagent.DefaultLogPath(home), KeepAlive: true})
@@ -93,7 +97,7 @@ func init() {
 				return err
 			}
 			p := launchagent.Path(home)
-			if load && runtime.GOOS == "darwin" && launchagent.Installed(home) {
+			if unload && runtime.GOOS == "darwin" && launchagent.Installed(home) {
 				launchctl(cmd, "bootout", p)
 			}
 			p, removed, err := launchagent.Uninstall(home)
@@ -108,7 +112,7 @@ func init() {
 			return nil
 		},
 	}
-	uninstall.Flags().BoolVar(&load, "load", true, "on macOS, also unload the agent with launchctl")
+	uninstall.Flags().BoolVar(&unload, "load", true, "on macOS, also unload the agent with launchctl")
 	daemon.AddCommand(install, uninstall)
 	rootCmd.AddCommand(daemon)
 }

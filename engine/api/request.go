@@ -56,6 +56,8 @@ func ParseQuestionType(s string) (QuestionType, bool) {
 // literals preserved. ParseRequest only requires a JSON object: fields of the
 // wrong type are kept as they came so that Validate, ValidateHosted and the
 // record encoder can each refuse them with the reference's own error.
+// Build it with ParseRequest or FromValue: the checks and the encoder read
+// Doc.
 type Request struct {
 	// Model is the "model" field when it is a string ("" otherwise; see Doc).
 	Model string

@@ -59,6 +59,14 @@ func Quantize(src string, opts Options) (*Result, error) {
 	if opts.Out == "" || !strings.HasSuffix(opts.Out, ".gguf") || strings.HasSuffix(opts.Out, ".head.gguf") {
 		return nil, fmt.Errorf("quantize: output %q must be a FILE.gguf path (not .head.gguf)", opts.Out)
 	}
+	if st, err := os.Stat(filepath.Dir(opts.Out)); err != nil || !st.IsDir() {
+		return nil, fmt.Errorf("quantize: output directory %s does not exist", filepath.Dir(opts.Out))
+	}
+	for _, o := range []string{opts.Out, weights.CompanionPath(opts.Out)} {
+		if same(o, src) || same(o, weights.CompanionPath(src)) {
+			return nil, fmt.Errorf("quantize: output %s would overwrite the source", o)
+		}
+	}
 	if opts.Threads <= 0 {
 		opts.Threads = runtime.GOMAXPROCS(0)
 	}
@@ -118,6 +126,16 @@ func Quantize(src string, opts Options) (*Result, error) {
 	prog.finish()
 	res.BackboneTensors, res.CompanionTensors = len(items), len(comp)
 	return res, nil
+}
+
+// same reports whether two paths name the same existing file.
+func same(a, b string) bool {
+	sa, err := os.Stat(a)
+	if err != nil {
+		return false
+	}
+	sb, err := os.Stat(b)
+	return err == nil && os.SameFile(sa, sb)
 }
 
 // backbone tensor names per layer, in the order llama.cpp's converter writes.

@@ -344,3 +344,23 @@ func checkDescribe(t *testing.T, rel *Description, out string, ft FileType, res 
 		t.Errorf("types missing %v, bytes %d vs %d, files %+v", want, bytes, d.WeightBytes, d.Files)
 	}
 }
+
+func TestQuantizeErrors(t *testing.T) {
+	dir := t.TempDir()
+	q8, _ := ParseFileType("q8_0")
+	src := filepath.Join(dir, "s.gguf")
+	writeSynthetic(t, src)
+	for _, c := range []struct {
+		src, out, want string
+	}{
+		{tinyRelease, filepath.Join(dir, "missing", "x.gguf"), "does not exist"},
+		{tinyRelease, filepath.Join(dir, "x.head.gguf"), "FILE.gguf"},
+		{src, src, "overwrite the source"},
+		{"../../testdata/omni", filepath.Join(dir, "o.gguf"), "tokenizer.json"},
+	} {
+		_, err := Quantize(c.src, Options{Type: q8, Out: c.out})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s -> %s: %v, want %q", c.src, c.out, err, c.want)
+		}
+	}
+}

@@ -18,18 +18,21 @@ func dot4sGeneric(x, w []float32, stride int, r *[4]float32) {
 // dot2x4Generic sets r[i*4+j] = Σ_t x[i*ldx+t]·w[j*stride+t] for i < 2,
 // j < 4, t < n: the 2×4 register tile of the float32 GEMM.
 func dot2x4Generic(x []float32, ldx int, w []float32, stride, n int, r *[8]float32) {
-	var acc [8]float32
 	x0, x1 := x[:n], x[ldx:ldx+n]
-	for j := 0; j < 4; j++ {
-		wr := w[j*stride : j*stride+n]
-		var s0, s1 float32
-		for t, wv := range wr {
-			s0 += x0[t] * wv
-			s1 += x1[t] * wv
-		}
-		acc[j], acc[4+j] = s0, s1
+	w0, w1, w2, w3 := w[:n], w[stride:stride+n], w[2*stride:2*stride+n], w[3*stride:3*stride+n]
+	var a0, a1, a2, a3, b0, b1, b2, b3 float32
+	for t := range x0 {
+		u, v := x0[t], x1[t]
+		a0 += u * w0[t]
+		a1 += u * w1[t]
+		a2 += u * w2[t]
+		a3 += u * w3[t]
+		b0 += v * w0[t]
+		b1 += v * w1[t]
+		b2 += v * w2[t]
+		b3 += v * w3[t]
 	}
-	*r = acc
+	*r = [8]float32{a0, a1, a2, a3, b0, b1, b2, b3}
 }
 
 // axpyGeneric adds a·x[i] to y[i] for i < len(y).

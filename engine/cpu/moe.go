@@ -117,13 +117,8 @@ func (b *Backend) MoE(x, ids, weights *backend.Tensor, experts []backend.Expert)
 		rowOf[g] = i / k
 		slotAt[i] = g
 	}
-	type proj struct {
-		gate, up, down func([]float32, int)
-		gw, uw, dw     *weight // nil for float32 activations as weights
-		ffn            int
-	}
 	var active []int
-	projs := make([]proj, E)
+	projs := make([]moeProj, E)
 	for e := 0; e < E; e++ {
 		if count[e] == 0 {
 			continue
@@ -150,54 +145,85 @@ func (b *Backend) MoE(x, ids, weights *backend.Tensor, experts []backend.Expert)
 		gw, _ := ex.Gate.Handle.(*weight)
 		uw, _ := ex.Up.Handle.(*weight)
 		dw, _ := ex.Down.Handle.(*weight)
-		projs[e] = proj{gate, up, down, gw, uw, dw, ffn}
+		projs[e] = moeProj{gate, up, down, gw, uw, dw, ffn}
 		active = append(active, e)
 	}
+	out := make([]float32, L*hidden)
+	if L*k*hidden <= moeBufferFloats {
+		err = b.moeByExpert(out, xf, L, hidden, k, id, wf, active, projs, count, start, rowOf, slotAt)
+	} else {
+		err = b.moeInExpert(out, xf, hidden, active, projs, count, start, rowOf, id, wf, k)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cpu: MoE: %w", err)
+	}
+	return newAct(out, L, hidden), nil
+}
+
+// moeBufferFloats bounds the expert-output buffer of moeByExpert; larger
+// batches run moeInExpert, which needs none. A variable so tests can force
+// either path.
+var moeBufferFloats = 1 << 21
+
+// moeProj is one routed expert's projections.
+type moeProj struct {
+	gate, up, down func([]float32, int)
+	gw, uw, dw     *weight // nil for float32 activations as weights
+	ffn            int
+}
+
+// expertFFN computes ye [n, hidden] = down(silu(gate xe) * up xe) for one
+// expert; par selects the worker-parallel matmuls.
+func (b *Backend) expertFFN(ye, xe []float32, n, hidden int, pj *moeProj, par bool) error {
+	gt := make([]float32, n*pj.ffn)
+	upv := make([]float32, n*pj.ffn)
+	xq, err := b.project(gt, xe, n, hidden, pj.ffn, pj.gate, pj.gw, nil, par)
+	if err != nil {
+		return err
+	}
+	if pj.uw == nil || pj.gw == nil || pj.uw.t.Type != pj.gw.t.Type {
+		xq = nil // up reads another activation format
+	}
+	if _, err = b.project(upv, xe, n, hidden, pj.ffn, pj.up, pj.uw, xq, par); err != nil {
+		return err
+	}
+	for i, g := range gt {
+		gt[i] = silu(g) * upv[i]
+	}
+	_, err = b.project(ye, gt, n, pj.ffn, hidden, pj.down, pj.dw, nil, par)
+	return err
+}
+
+// gather copies the rows routed to expert e into a [count[e], hidden] matrix.
+func gather(xf []float32, hidden, e int, count, start, rowOf []int) []float32 {
+	n := count[e]
+	xe := make([]float32, n*hidden)
+	for g := 0; g < n; g++ {
+		r := rowOf[start[e]+g]
+		copy(xe[g*hidden:(g+1)*hidden], xf[r*hidden:(r+1)*hidden])
+	}
+	return xe
+}
+
+// moeByExpert gives whole experts to the workers (good when each has few
+// rows), keeps every expert output, then sums each row's outputs weighted
+// in ascending expert order.
+func (b *Backend) moeByExpert(out, xf []float32, L, hidden, k int, id []int32, wf []float32, active []int, projs []moeProj, count, start, rowOf, slotAt []int) error {
 	y := make([]float32, L*k*hidden) // expert outputs in gathered order
 	var first error
 	var mu sync.Mutex
-	fail := func(err error) {
-		mu.Lock()
-		if first == nil {
-			first = err
-		}
-		mu.Unlock()
-	}
 	b.parallelDynamic(len(active), func(_, ai int) {
 		e := active[ai]
-		pj := projs[e]
-		n := count[e]
-		xe := make([]float32, n*hidden)
-		for g := 0; g < n; g++ {
-			r := rowOf[start[e]+g]
-			copy(xe[g*hidden:(g+1)*hidden], xf[r*hidden:(r+1)*hidden])
-		}
-		gt := make([]float32, n*pj.ffn)
-		upv := make([]float32, n*pj.ffn)
-		var xq []byte // xe quantized for the gate, reused by up when the types agree
-		var err error
-		if xq, err = b.projectSerial(gt, xe, n, hidden, pj.ffn, pj.gate, pj.gw, nil); err != nil {
-			fail(err)
-			return
-		}
-		if pj.uw == nil || pj.gw == nil || pj.uw.t.Type != pj.gw.t.Type {
-			xq = nil
-		}
-		if _, err = b.projectSerial(upv, xe, n, hidden, pj.ffn, pj.up, pj.uw, xq); err != nil {
-			fail(err)
-			return
-		}
-		for i, g := range gt {
-			gt[i] = silu(g) * upv[i]
-		}
-		if _, err = b.projectSerial(y[start[e]*hidden:(start[e]+n)*hidden], gt, n, pj.ffn, hidden, pj.down, pj.dw, nil); err != nil {
-			fail(err)
+		xe := gather(xf, hidden, e, count, start, rowOf)
+		if err := b.expertFFN(y[start[e]*hidden:(start[e]+count[e])*hidden], xe, count[e], hidden, &projs[e], false); err != nil {
+			mu.Lock()
+			first = err
+			mu.Unlock()
 		}
 	})
 	if first != nil {
-		return nil, fmt.Errorf("cpu: MoE: %w", first)
+		return first
 	}
-	out := make([]float32, L*hidden)
 	b.parallel(L, 16, func(lo, hi int) {
 		order := make([]int, k)
 		for r := lo; r < hi; r++ {
@@ -216,22 +242,59 @@ func (b *Backend) MoE(x, ids, weights *backend.Tensor, experts []backend.Expert)
 			}
 		}
 	})
-	return newAct(out, L, hidden), nil
+	return nil
 }
 
-// projectSerial computes out [m, n] = x Wᵀ on the calling goroutine, on
-// 8-bit activations when w's format allows it (xq, when non-nil, is x
-// already quantized for w). It returns the quantized activations it used.
-func (b *Backend) projectSerial(out, x []float32, m, k, n int, src func([]float32, int), w *weight, xq []byte) ([]byte, error) {
+// moeInExpert runs the experts one after another in ascending order, each
+// expert's matmuls split over the workers, and adds each weighted output
+// straight into its row: the same sums in the same order as moeByExpert,
+// with no buffer of all expert outputs.
+func (b *Backend) moeInExpert(out, xf []float32, hidden int, active []int, projs []moeProj, count, start, rowOf []int, id []int32, wf []float32, k int) error {
+	for _, e := range active {
+		n := count[e]
+		xe := gather(xf, hidden, e, count, start, rowOf)
+		ye := make([]float32, n*hidden)
+		if err := b.expertFFN(ye, xe, n, hidden, &projs[e], true); err != nil {
+			return err
+		}
+		for g := 0; g < n; g++ {
+			r := rowOf[start[e]+g]
+			var w float32
+			for j := 0; j < k; j++ {
+				if int(id[r*k+j]) == e {
+					w = wf[r*k+j]
+				}
+			}
+			o := out[r*hidden : (r+1)*hidden]
+			for t, v := range ye[g*hidden : (g+1)*hidden] {
+				o[t] += v * w
+			}
+		}
+	}
+	return nil
+}
+
+// project computes out [m, n] = x Wᵀ, on 8-bit activations when w's format
+// allows it (xq, when non-nil, is x already quantized for w), over the
+// workers when par is set or else on the calling goroutine. It returns the
+// quantized activations it used.
+func (b *Backend) project(out, x []float32, m, k, n int, src func([]float32, int), w *weight, xq []byte, par bool) ([]byte, error) {
 	if w == nil || !b.quantized(w) {
-		matmulSerial(out, x, m, k, n, src)
+		if par {
+			b.matmul(out, x, m, k, n, src)
+		} else {
+			matmulSerial(out, x, m, k, n, src)
+		}
 		return nil, nil
 	}
 	if xq == nil {
 		var err error
-		if xq, err = b.quantizeActs(w, x, m, k, false); err != nil {
+		if xq, err = b.quantizeActs(w, x, m, k, par); err != nil {
 			return nil, err
 		}
+	}
+	if par {
+		return xq, b.gemmQParallel(out, xq, m, n, w)
 	}
 	return xq, gemmQ(out, xq, m, n, w, 0, n)
 }

@@ -50,6 +50,13 @@ func (b *Backend) matmulQ(out, x []float32, m, k, n int, w *weight) error {
 	if err != nil {
 		return err
 	}
+	return b.gemmQParallel(out, xq, m, n, w)
+}
+
+// gemmQParallel computes out [m, n] from quantized activations xq, the
+// weight rows split over the workers.
+func (b *Backend) gemmQParallel(out []float32, xq []byte, m, n int, w *weight) error {
+	k := w.cols
 	chunks := (n + qRowsPerChunk - 1) / qRowsPerChunk
 	var first error
 	var mu sync.Mutex

@@ -55,9 +55,12 @@ const (
 // a missing state, questions or type, an unknown type, criteria of the wrong
 // shape, no questions, and a fixed part longer than maxLength (413).
 func Encode(tok Tokenizer, req *api.Request, maxLength int) (*Encoded, error) {
-	for _, m := range []*pyjson.Value{req.Images, req.Videos} {
-		if m.Truthy() {
-			return nil, refErr(http.StatusUnprocessableEntity, api.CodeValidation, "images", "ValueError",
+	for _, m := range []struct {
+		field string
+		v     *pyjson.Value
+	}{{"images", req.Images}, {"videos", req.Videos}} {
+		if m.v.Truthy() {
+			return nil, refErr(http.StatusUnprocessableEntity, api.CodeValidation, m.field, "ValueError",
 				"records with images or videos require a processor", "")
 		}
 	}

@@ -35,14 +35,20 @@ func init() {
 // stands for. Like the Hugging Face ByteLevel decoder, a token holding any
 // code point outside the alphabet is kept as its own UTF-8 bytes.
 func byteLevelDecode(tok string) ([]byte, bool) {
-	out := make([]byte, 0, len(tok))
+	out, ok := appendByteLevelDecode(make([]byte, 0, len(tok)), tok)
+	return out, ok
+}
+
+// appendByteLevelDecode appends the bytes tok stands for to dst.
+func appendByteLevelDecode(dst []byte, tok string) ([]byte, bool) {
+	n := len(dst)
 	for _, r := range tok {
 		if r < 0 || int(r) >= len(runeToByte) || runeToByte[r] < 0 {
-			return []byte(tok), false
+			return append(dst[:n], tok...), false
 		}
-		out = append(out, byte(runeToByte[r]))
+		dst = append(dst, byte(runeToByte[r]))
 	}
-	return out, true
+	return dst, true
 }
 
 // byteLevelEncode writes raw bytes in the byte-level alphabet.

@@ -282,21 +282,16 @@ func (t *Tokenizer) buildModel(m *modelJSON) error {
 		return errors.New("tokenizer.json: model vocab is empty")
 	}
 	size := 0
-	seen := make(map[int]string, len(m.Vocab))
 	for tok, id := range m.Vocab {
 		if id < 0 || id >= maxVocab {
 			return fmt.Errorf("tokenizer.json: vocab token %q has id %d, outside [0, %d)", tok, id, maxVocab)
 		}
-		if prev, dup := seen[id]; dup {
-			return fmt.Errorf("tokenizer.json: vocab tokens %q and %q share id %d", prev, tok, id)
-		}
-		seen[id] = tok
 		size = max(size, id+1)
 	}
 	if size > len(m.Vocab)+maxHoles {
 		return fmt.Errorf("tokenizer.json: vocab has %d tokens but ids up to %d", len(m.Vocab), size-1)
 	}
-	t.vocab = make(map[string]int, len(m.Vocab)+64)
+	t.vocab = m.Vocab // the added tokens join it below
 	t.idBytes = make([][]byte, size)
 	t.idText = make([]string, size)
 	t.special = make([]bool, size)
@@ -307,10 +302,20 @@ func (t *Tokenizer) buildModel(m *modelJSON) error {
 	if m.IgnoreMerges {
 		b.direct = make(map[string]int32, len(m.Vocab))
 	}
+	total := 0
+	for tok := range m.Vocab {
+		total += len(tok)
+	}
+	slab := make([]byte, 0, total) // one allocation for the bytes of every token
 	for tok, id := range m.Vocab {
-		t.vocab[tok] = id
+		if t.idBytes[id] != nil {
+			return fmt.Errorf("tokenizer.json: vocab tokens %q and %q share id %d", t.idText[id], tok, id)
+		}
 		t.idText[id] = tok
-		raw, ok := byteLevelDecode(tok)
+		start := len(slab)
+		var ok bool
+		slab, ok = appendByteLevelDecode(slab, tok)
+		raw := slab[start:len(slab):len(slab)]
 		t.idBytes[id] = raw
 		if ok && len(raw) == 1 {
 			b.byteID[raw[0]] = int32(id)
@@ -319,10 +324,12 @@ func (t *Tokenizer) buildModel(m *modelJSON) error {
 			b.direct[string(raw)] = int32(id)
 		}
 	}
+	var buf []byte
 	for i, mg := range m.Merges {
 		a, ok1 := m.Vocab[mg.a]
 		c, ok2 := m.Vocab[mg.b]
-		merged, ok3 := m.Vocab[mg.a+mg.b]
+		buf = append(append(buf[:0], mg.a...), mg.b...)
+		merged, ok3 := m.Vocab[string(buf)]
 		if !ok1 || !ok2 || !ok3 {
 			return fmt.Errorf("tokenizer.json: merge %d (%q %q) names a token missing from the vocab", i, mg.a, mg.b)
 		}

@@ -272,3 +272,98 @@ func TestGGUFWriterChecks(t *testing.T) {
 		t.Error("row not fitting the block accepted")
 	}
 }
+
+// llama.cpp's converter names Qwen3-Omni's text model qwen3vlmoe: the same
+// tensors map to the same canonical names.
+func TestGGUFQwen3VLMoE(t *testing.T) {
+	f, err := OpenGGUF(ggufFixtures[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var kv []GGUFKV
+	for _, e := range f.KV {
+		k := e.Key
+		if rest, ok := strings.CutPrefix(k, "qwen3moe."); ok {
+			k = "qwen3vlmoe." + rest
+		}
+		v := e.Value
+		if k == "general.architecture" {
+			v = "qwen3vlmoe"
+		}
+		kv = append(kv, GGUFKV{k, v})
+	}
+	kv = append(kv, GGUFKV{"qwen3vlmoe.rope.dimension_sections", []int32{4, 2, 2, 0}})
+	var buf bytes.Buffer
+	w, err := NewGGUFWriter(&buf, kv, f.Tensors)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ti := range f.Tensors {
+		w.WriteTensor(ti.Name, ti.Data)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "vl.gguf")
+	os.WriteFile(p, buf.Bytes(), 0o644)
+	a, err := Open(ggufFixtures[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if strings.Join(a.Names(), ",") != strings.Join(b.Names(), ",") {
+		t.Fatal("qwen3vlmoe names differ from qwen3moe names")
+	}
+	for _, n := range a.Names() {
+		ta, _ := a.Tensor(n)
+		tb, _ := b.Tensor(n)
+		if !bytes.Equal(ta.Data, tb.Data) || !equalInts(ta.Shape, tb.Shape) {
+			t.Fatalf("%s differs", n)
+		}
+	}
+}
+
+func BenchmarkParseGGUF(b *testing.B) {
+	data, err := os.ReadFile(ggufFixtures[2])
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(data)))
+	for b.Loop() {
+		if _, err := parseGGUF("x", data); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkOpenRelease(b *testing.B) {
+	for b.Loop() {
+		m, err := Open(tinyRelease)
+		if err != nil {
+			b.Fatal(err)
+		}
+		m.Close()
+	}
+}
+
+func BenchmarkRowsQ4K(b *testing.B) {
+	m, err := Open(ggufFixtures[2])
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close()
+	t, _ := m.Tensor("thinker.model.layers.0.mlp.experts.0.up_proj.weight")
+	rows := []int{0, 17, 101, 255}
+	b.SetBytes(int64(len(rows) * t.Shape[1] * 4))
+	for b.Loop() {
+		if _, err := Rows(t, rows); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -79,15 +79,22 @@ func openDir(dir string) (Model, error) {
 		return nil, fmt.Errorf("weights: %v", err)
 	}
 	s := newSet("release", dir)
+	var total int64
 	for _, sh := range shards.files {
-		if err := s.addSafetensors(sh, releaseKeep); err != nil {
+		n, err := s.addSafetensorsSized(sh, releaseKeep)
+		if err != nil {
 			s.Close()
 			return nil, fmt.Errorf("weights: %v", err)
 		}
+		total += n
 	}
 	if err := shards.check(s); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("weights: %v", err)
+	}
+	if shards.totalSize >= 0 && shards.totalSize != total {
+		s.Close()
+		return nil, fmt.Errorf("weights: %s: metadata.total_size is %d but the shards hold %d bytes of tensors", shards.index, shards.totalSize, total)
 	}
 	if hp := filepath.Join(dir, headFile); fileExists(hp) {
 		if err := s.addSafetensors(hp, nil); err != nil {

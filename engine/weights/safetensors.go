@@ -195,15 +195,31 @@ func OpenSafetensors(paths ...string) (Model, error) {
 // decides per name whether to add it and may return an error for a name that
 // must not be there.
 func (s *Set) addSafetensors(path string, keep func(name string) (bool, error)) error {
+	_, err := s.addSafetensorsSized(path, keep)
+	return err
+}
+
+// addSafetensorsSized is addSafetensors that also returns the bytes of all
+// tensors in the file, skipped ones included (what an index's total_size
+// counts).
+func (s *Set) addSafetensorsSized(path string, keep func(name string) (bool, error)) (int64, error) {
 	m, err := mapFile(path)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	s.files = append(s.files, m)
 	ts, _, err := parseSafetensors(path, m.data)
 	if err != nil {
-		return err
+		return 0, err
 	}
+	var total int64
+	for _, t := range ts {
+		total += int64(len(t.Data))
+	}
+	return total, s.keepTensors(path, ts, keep)
+}
+
+func (s *Set) keepTensors(path string, ts []*Tensor, keep func(name string) (bool, error)) error {
 	for _, t := range ts {
 		if keep != nil {
 			ok, err := keep(t.Name)

@@ -267,6 +267,16 @@ func TestReleaseDirErrors(t *testing.T) {
 			t.Fatalf("got %v", err)
 		}
 	})
+	t.Run("total size", func(t *testing.T) {
+		d := copyDir(t, tinyRelease)
+		p := filepath.Join(d, indexFile)
+		b, _ := os.ReadFile(p)
+		b = bytes.Replace(b, []byte(`"total_size": 1460224`), []byte(`"total_size": 1460220`), 1)
+		os.WriteFile(p, b, 0o644)
+		if _, err := Open(d); err == nil || !strings.Contains(err.Error(), "total_size is 1460220 but the shards hold 1460224") {
+			t.Fatalf("got %v", err)
+		}
+	})
 	t.Run("escaping shard name", func(t *testing.T) {
 		d := copyDir(t, tinyRelease)
 		p := filepath.Join(d, indexFile)
@@ -294,4 +304,40 @@ func TestReleaseDirErrors(t *testing.T) {
 			t.Fatalf("got %v", err)
 		}
 	})
+}
+
+// Writing the release's tensors back gives files our reader maps to the same
+// tensors, byte for byte.
+func TestWriteSafetensorsRoundTrip(t *testing.T) {
+	m, err := Open(tinyRelease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	var ts []*Tensor
+	for _, n := range m.Names() {
+		x, _ := m.Tensor(n)
+		ts = append(ts, x)
+	}
+	p := filepath.Join(t.TempDir(), "all.safetensors")
+	if err := WriteSafetensors(p, ts, map[string]string{"format": "pt"}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := OpenSafetensors(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if len(r.Names()) != len(ts) {
+		t.Fatalf("%d tensors back, wrote %d", len(r.Names()), len(ts))
+	}
+	for _, x := range ts {
+		y, err := r.Tensor(x.Name)
+		if err != nil || !bytes.Equal(x.Data, y.Data) || !equalShape(x.Shape, y.Shape) || x.Type != y.Type {
+			t.Fatalf("%s differs: %v", x.Name, err)
+		}
+	}
+	if err := WriteSafetensors(p, []*Tensor{{Name: "q", Type: quant.Q4_0, Shape: []int{32}, Data: make([]byte, 18)}}, nil); err == nil {
+		t.Error("q4_0 written to safetensors")
+	}
 }

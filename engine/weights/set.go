@@ -96,104 +96,30 @@ func (s *Set) Close() error {
 }
 
 // typeSize gives the block layout of the storage formats the readers accept:
-// elements per block and bytes per block. Formats outside this list are
-// rejected by the readers with a clear error.
+// elements per block and bytes per block, from quant's format table; the
+// unsigned and 64-bit integer dtypes that only safetensors carries (MLX packs
+// codes into U32) are not in that table and are sized here. Formats outside
+// both are rejected by the readers with a clear error.
 func typeSize(t quant.Type) (elems, bytes int, ok bool) {
 	switch t {
-	case quant.F32, quant.I32, quant.U32:
-		return 1, 4, true
-	case quant.F16, quant.BF16, quant.I16, quant.U16:
-		return 1, 2, true
-	case quant.F64, quant.I64, quant.U64:
-		return 1, 8, true
-	case quant.I8, quant.U8:
+	case quant.U8:
 		return 1, 1, true
-	case quant.Q4_0:
-		return 32, 18, true
-	case quant.Q4_1:
-		return 32, 20, true
-	case quant.Q5_0:
-		return 32, 22, true
-	case quant.Q5_1:
-		return 32, 24, true
-	case quant.Q8_0:
-		return 32, 34, true
-	case quant.Q8_1:
-		return 32, 36, true
-	case quant.Q2_K:
-		return 256, 84, true
-	case quant.Q3_K:
-		return 256, 110, true
-	case quant.Q4_K:
-		return 256, 144, true
-	case quant.Q5_K:
-		return 256, 176, true
-	case quant.Q6_K:
-		return 256, 210, true
-	case quant.Q8_K:
-		return 256, 292, true
+	case quant.U16:
+		return 1, 2, true
+	case quant.U32:
+		return 1, 4, true
+	case quant.U64, quant.I64:
+		return 1, 8, true
 	}
-	return 0, 0, false
+	f, err := quant.FormatOf(t)
+	if err != nil {
+		return 0, 0, false
+	}
+	return f.BlockElems, f.BlockBytes, true
 }
 
 // typeName names a storage format in errors and listings.
-func typeName(t quant.Type) string {
-	switch t {
-	case quant.F32:
-		return "F32"
-	case quant.F16:
-		return "F16"
-	case quant.BF16:
-		return "BF16"
-	case quant.F64:
-		return "F64"
-	case quant.I8:
-		return "I8"
-	case quant.I16:
-		return "I16"
-	case quant.I32:
-		return "I32"
-	case quant.I64:
-		return "I64"
-	case quant.U8:
-		return "U8"
-	case quant.U16:
-		return "U16"
-	case quant.U32:
-		return "U32"
-	case quant.U64:
-		return "U64"
-	case quant.Q4_0:
-		return "Q4_0"
-	case quant.Q4_1:
-		return "Q4_1"
-	case quant.Q5_0:
-		return "Q5_0"
-	case quant.Q5_1:
-		return "Q5_1"
-	case quant.Q8_0:
-		return "Q8_0"
-	case quant.Q8_1:
-		return "Q8_1"
-	case quant.Q2_K:
-		return "Q2_K"
-	case quant.Q3_K:
-		return "Q3_K"
-	case quant.Q4_K:
-		return "Q4_K"
-	case quant.Q5_K:
-		return "Q5_K"
-	case quant.Q6_K:
-		return "Q6_K"
-	case quant.Q8_K:
-		return "Q8_K"
-	case quant.MLXAffine4:
-		return "MLX4"
-	case quant.MLXAffine8:
-		return "MLX8"
-	}
-	return fmt.Sprintf("type %d", uint32(t))
-}
+func typeName(t quant.Type) string { return t.String() }
 
 // maxDims bounds tensor rank; maxElems bounds a tensor's element count
 // (2^48, far beyond any real tensor) so products of dimensions never overflow.

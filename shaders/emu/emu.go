@@ -16,12 +16,14 @@
 package emu
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/sha256"
 	"embed"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"os/exec"
@@ -204,10 +206,17 @@ func Lint(file string, src []byte) []error {
 	return errs
 }
 
-// Harness is one compiled .metal file.
+// Harness is one compiled .metal file. Run starts the binary once as a
+// server and sends it one job after another.
 type Harness struct {
 	Bin     string
 	Kernels []Kernel
+
+	mu     sync.Mutex
+	proc   *exec.Cmd
+	stdin  io.WriteCloser
+	stdout *bufio.Reader
+	stderr *bytes.Buffer
 }
 
 var (
@@ -490,38 +499,73 @@ func (h *Harness) Run(job *Job) ([][]byte, error) {
 		w32(k)
 		w32(job.Alias[k])
 	}
-	dir, err := os.MkdirTemp(filepath.Dir(h.Bin), "job")
-	if err != nil {
-		return nil, err
+	return h.exchange(job.Kernel, b.Bytes(), len(job.Buffers))
+}
+
+// exchange sends one job to the harness server (started on first use and
+// restarted after a failed job) and reads back n buffers.
+func (h *Harness) exchange(kernel string, job []byte, n int) ([][]byte, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.proc == nil {
+		cmd := exec.Command(h.Bin, "-serve")
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			return nil, err
+		}
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			return nil, err
+		}
+		h.stderr = &bytes.Buffer{}
+		cmd.Stderr = h.stderr
+		if err := cmd.Start(); err != nil {
+			return nil, err
+		}
+		h.proc, h.stdin, h.stdout = cmd, stdin, bufio.NewReaderSize(stdout, 1<<20)
 	}
-	defer os.RemoveAll(dir)
-	jobPath, outPath := filepath.Join(dir, "job"), filepath.Join(dir, "out")
-	if err := os.WriteFile(jobPath, b.Bytes(), 0o644); err != nil {
-		return nil, err
+	fail := func(err error) ([][]byte, error) {
+		h.stdin.Close()
+		werr := h.proc.Wait()
+		msg := strings.TrimSpace(h.stderr.String())
+		h.proc = nil
+		if msg == "" && werr != nil {
+			msg = werr.Error()
+		}
+		return nil, fmt.Errorf("emu: %s: %v: %s", kernel, err, msg)
 	}
-	cmd := exec.Command(h.Bin, jobPath, outPath)
-	var errOut bytes.Buffer
-	cmd.Stderr = &errOut
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("emu: %s: %v: %s", job.Kernel, err, strings.TrimSpace(errOut.String()))
+	if _, err := h.stdin.Write(job); err != nil {
+		return fail(err)
 	}
-	out, err := os.ReadFile(outPath)
-	if err != nil {
-		return nil, err
-	}
-	res := make([][]byte, len(job.Buffers))
+	res := make([][]byte, n)
+	var hdr [8]byte
 	for i := range res {
-		if len(out) < 8 {
-			return nil, errors.New("emu: truncated output")
+		if _, err := io.ReadFull(h.stdout, hdr[:]); err != nil {
+			return fail(err)
 		}
-		n := binary.LittleEndian.Uint64(out)
-		if uint64(len(out)-8) < n {
-			return nil, errors.New("emu: truncated output")
+		size := binary.LittleEndian.Uint64(hdr[:])
+		if size > 1<<34 {
+			return fail(errors.New("absurd buffer size in harness output"))
 		}
-		res[i] = out[8 : 8+n]
-		out = out[8+n:]
+		res[i] = make([]byte, size)
+		if _, err := io.ReadFull(h.stdout, res[i]); err != nil {
+			return fail(err)
+		}
 	}
 	return res, nil
+}
+
+// Close stops the harness server.
+func (h *Harness) Close() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.proc == nil {
+		return nil
+	}
+	h.stdin.Close()
+	err := h.proc.Wait()
+	h.proc = nil
+	return err
 }
 
 // F32 encodes float32s little-endian.

@@ -48,6 +48,9 @@ func GEMM(typ quant.Type, w []byte, n, k int, xq []byte, m int, out []float32, l
 	case quant.Q8_0:
 		gemmQ8_0(w, wRow, n, k, xq, xRow, m, out, ldOut)
 		return nil
+	case quant.Q4_0, quant.Q4_1, quant.Q5_0, quant.Q5_1:
+		gemmLegacy(typ, w, wRow, n, k, xq, xRow, m, out, ldOut)
+		return nil
 	case quant.Q2_K, quant.Q3_K, quant.Q4_K, quant.Q5_K, quant.Q6_K:
 		gemmK(typ, w, wRow, n, k, xq, xRow, m, out, ldOut)
 		return nil

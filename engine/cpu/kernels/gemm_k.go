@@ -7,88 +7,103 @@ import (
 	"github.com/clefrt/clef/quant"
 )
 
-// kRow is one K-format weight row decoded for the integer dot product:
-// codes (256 per super-block), each group-of-16 scale repeated for the
-// sixteen int16 lanes of a 32-code chunk (128 per super-block), minimums
-// and the two float scales.
-type kRow struct {
-	q      []int8
-	sc     []int16
-	min    [][16]int8
-	d, dm  []float32
-	sums   []int32
-	hasMin bool
-}
+// K-format GEMM. Weight rows are decoded once, four at a time, into a tile
+// of per-super-block records (kRec bytes each):
+//
+//	[0, 256)   u: unsigned codes, u = q + off (off 4 for q3_K, 32 for q6_K)
+//	[256, 512) int16 sub-block scales, each group-of-16 scale repeated over
+//	           the 8 int16 lanes its 16 codes fill after pairwise products
+//	[512, 544) int16 coef per group: off·scale, or the minimum (q2/q4/q5_K)
+//	[544, 548) fS float32: D
+//	[548, 552) fB float32: D (offset types) or DMin
+//
+// so that a super-block contributes dx·(fS·Σ scale·u·a − fB·Σ coef·bsum),
+// with a the q8_K activation codes and bsum their sums per 16. The integer
+// part is exact; every activation block is read once per four weight rows.
+const kRec = 552
 
-func newKRow(nb int) *kRow {
-	return &kRow{q: make([]int8, nb*256), sc: make([]int16, nb*128), min: make([][16]int8, nb),
-		d: make([]float32, nb), dm: make([]float32, nb), sums: make([]int32, nb)}
-}
-
-// decode fills r from a weight row of type typ.
-func (r *kRow) decode(typ quant.Type, w []byte, bb int) {
+// decodeKTile decodes up to four rows of w (wRow bytes each, nb blocks of
+// bb bytes) into tile (4 rows of nb·kRec bytes); missing rows are zeroed.
+func decodeKTile(typ quant.Type, tile []byte, w []byte, rows, wRow, nb, bb int) {
 	var kb quant.KBlock
-	r.hasMin = false
-	for b := range r.d {
-		kb.Decode(typ, w[b*bb:(b+1)*bb])
-		copy(r.q[256*b:256*b+256], kb.Q[:])
-		for g := 0; g < 16; g++ {
-			// Chunk c = g/2 holds groups 2c (lanes 0-7) and 2c+1 (8-15).
-			for l := 0; l < 8; l++ {
-				r.sc[128*b+8*g+l] = int16(kb.Scale[g])
-			}
-			if kb.Min[g] != 0 {
-				r.hasMin = true
-			}
+	off := 0
+	switch typ {
+	case quant.Q3_K:
+		off = 4
+	case quant.Q6_K:
+		off = 32
+	}
+	for r := 0; r < 4; r++ {
+		rt := tile[r*nb*kRec : (r+1)*nb*kRec]
+		if r >= rows {
+			clear(rt)
+			continue
 		}
-		r.min[b] = kb.Min
-		r.d[b], r.dm[b] = kb.D, kb.DMin
+		for b := 0; b < nb; b++ {
+			rec := rt[b*kRec : (b+1)*kRec]
+			kb.Decode(typ, w[r*wRow+b*bb:r*wRow+(b+1)*bb])
+			for i, q := range kb.Q {
+				rec[i] = byte(int(q) + off)
+			}
+			for g := 0; g < 16; g++ {
+				s := uint16(int16(kb.Scale[g]))
+				for l := 0; l < 8; l++ {
+					binary.LittleEndian.PutUint16(rec[256+16*g+2*l:], s)
+				}
+				c := int16(kb.Min[g])
+				if off != 0 {
+					c = int16(off) * int16(kb.Scale[g])
+				}
+				binary.LittleEndian.PutUint16(rec[512+2*g:], uint16(c))
+			}
+			fB := kb.DMin
+			if off != 0 {
+				fB = kb.D
+			}
+			binary.LittleEndian.PutUint32(rec[544:], math.Float32bits(kb.D))
+			binary.LittleEndian.PutUint32(rec[548:], math.Float32bits(fB))
+		}
 	}
 }
 
-// gemmK is the K-format GEMM: each weight row is decoded once (kRow) and
-// every q8_K activation row is dotted with it in integer arithmetic, one
-// int32 sum Σ scale·code·act per super-block (kSums).
+// gemmK is the K-format GEMM over tiles of four weight rows.
 func gemmK(typ quant.Type, w []byte, wRow, n, k int, xq []byte, xRow, m int, out []float32, ldOut int) {
 	nb := k / 256
 	bb := wRow / max(nb, 1)
-	r := newKRow(nb)
-	for j := 0; j < n; j++ {
-		r.decode(typ, w[j*wRow:(j+1)*wRow], bb)
+	tile := make([]byte, 4*nb*kRec)
+	var r [4]float32
+	for j0 := 0; j0 < n; j0 += 4 {
+		rows := min(4, n-j0)
+		decodeKTile(typ, tile, w[j0*wRow:], rows, wRow, nb, bb)
 		for i := 0; i < m; i++ {
-			x := xq[i*xRow : (i+1)*xRow]
-			kSums(r, x)
-			var sum float32
-			for b := 0; b < nb; b++ {
-				a := x[292*b : 292*b+292]
-				dx := math.Float32frombits(binary.LittleEndian.Uint32(a))
-				sum += dx * r.d[b] * float32(r.sums[b])
-				if r.hasMin {
-					var sm int32
-					for g := 0; g < 16; g++ {
-						sm += int32(r.min[b][g]) * int32(int16(binary.LittleEndian.Uint16(a[260+2*g:])))
-					}
-					sum -= dx * r.dm[b] * float32(sm)
-				}
-			}
-			out[i*ldOut+j] = sum
+			kDot4(tile, nb, xq[i*xRow:(i+1)*xRow], &r)
+			copy(out[i*ldOut+j0:i*ldOut+j0+rows], r[:rows])
 		}
 	}
 }
 
-// kSumsGeneric sets r.sums[b] = Σ_i sc(i)·q[i]·act[i] over super-block b.
-func kSumsGeneric(r *kRow, x []byte) {
-	for b := range r.sums {
-		q, qs, sc := r.q[256*b:256*b+256], x[292*b+4:292*b+260], r.sc[128*b:128*b+128]
-		var si int32
-		for g := 0; g < 16; g++ {
-			var t int32
-			for l := 0; l < 16; l++ {
-				t += int32(q[16*g+l]) * int32(int8(qs[16*g+l]))
+// kDot4Generic dots the four decoded rows of tile with one q8_K row.
+func kDot4Generic(tile []byte, nb int, x []byte, r *[4]float32) {
+	for row := 0; row < 4; row++ {
+		var sum float32
+		for b := 0; b < nb; b++ {
+			rec := tile[(row*nb+b)*kRec : (row*nb+b+1)*kRec]
+			a := x[292*b : 292*b+292]
+			dx := math.Float32frombits(binary.LittleEndian.Uint32(a))
+			var s, c int32
+			for g := 0; g < 16; g++ {
+				var t int32
+				for l := 0; l < 16; l++ {
+					t += int32(rec[16*g+l]) * int32(int8(a[4+16*g+l]))
+				}
+				s += int32(int16(binary.LittleEndian.Uint16(rec[256+16*g:]))) * t
+				c += int32(int16(binary.LittleEndian.Uint16(rec[512+2*g:]))) * int32(int16(binary.LittleEndian.Uint16(a[260+2*g:])))
 			}
-			si += int32(sc[8*g]) * t
+			fS := math.Float32frombits(binary.LittleEndian.Uint32(rec[544:]))
+			fB := math.Float32frombits(binary.LittleEndian.Uint32(rec[548:]))
+			sum += dx*fS*float32(s) - dx*fB*float32(c)
 		}
-		r.sums[b] = si
+		r[row] = sum
 	}
 }
 

@@ -24,14 +24,14 @@ func dotQ8_0x4(w []byte, stride int, x []byte, nb int, r *[4]float32) {
 }
 
 //go:noescape
-func kSumsAVX2(q *int8, sc *int16, x *byte, nb int, sums *int32)
+func kDot4AVX2(tile *byte, rowStride int, x *byte, nb int, r *[4]float32)
 
-func kSums(r *kRow, x []byte) {
-	nb := len(r.sums)
+func kDot4(tile []byte, nb int, x []byte, r *[4]float32) {
 	if !useAVX2 || nb == 0 {
-		kSumsGeneric(r, x)
+		kDot4Generic(tile, nb, x, r)
 		return
 	}
+	_ = tile[4*nb*kRec-1]
 	_ = x[292*nb-1]
-	kSumsAVX2(&r.q[0], &r.sc[0], &x[0], nb, &r.sums[0])
+	kDot4AVX2(&tile[0], nb*kRec, &x[0], nb, r)
 }

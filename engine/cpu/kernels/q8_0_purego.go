@@ -9,4 +9,4 @@ func dotQ8_0x4(w []byte, stride int, x []byte, nb int, r *[4]float32) {
 // accelerated names the fast kernels in use.
 const accelerated = "generic"
 
-func kSums(r *kRow, x []byte) { kSumsGeneric(r, x) }
+func kDot4(tile []byte, nb int, x []byte, r *[4]float32) { kDot4Generic(tile, nb, x, r) }

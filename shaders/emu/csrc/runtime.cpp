@@ -266,14 +266,16 @@ extern "C" unsigned char *msl_rt_simd_slots(unsigned *lane, unsigned *mask) {
   return s.slots;
 }
 
-int main(int argc, char **argv) {
-  if (argc != 3)
-    die("usage: harness JOB OUT");
-  FILE *f = fopen(argv[1], "rb");
-  if (!f)
-    die("cannot open job file");
-  if (rd32(f) != 0x4a4c534d)
+// run_job reads one job from f, runs it and writes the buffers to o. It
+// returns false at a clean end of input.
+static bool run_job(FILE *f, FILE *o) {
+  uint32_t magic;
+  if (fread(&magic, 4, 1, f) != 1)
+    return false;
+  if (magic != 0x4a4c534d)
     die("bad job magic");
+  for (int i = 0; i < msl_nfconsts; i++)
+    memset(msl_fconsts[i].p, 0, msl_fconsts[i].size);
   Job job;
   uint32_t nl = rd32(f);
   job.name.resize(nl);
@@ -319,7 +321,6 @@ int main(int argc, char **argv) {
       die("alias of an unbound buffer");
     job.alias.push_back({idx, src});
   }
-  fclose(f);
 
   void (*fn)(msl::ctx &) = nullptr;
   for (int i = 0; i < msl_nkernels; i++)
@@ -387,14 +388,36 @@ int main(int argc, char **argv) {
   for (auto &t : ts)
     t.join();
 
-  FILE *o = fopen(argv[2], "wb");
-  if (!o)
-    die("cannot create output file");
   for (auto &b : job.bufs) {
     uint64_t sz = b.size;
     fwrite(&sz, 8, 1, o);
     fwrite(b.p, 1, b.size, o);
+    free(b.p);
   }
+  if (fflush(o) != 0)
+    die("cannot write the output");
+  return true;
+}
+
+// usage: harness JOB OUT   (one job from a file)
+//        harness -serve    (jobs on stdin, results on stdout, until EOF)
+int main(int argc, char **argv) {
+  if (argc == 2 && strcmp(argv[1], "-serve") == 0) {
+    while (run_job(stdin, stdout)) {
+    }
+    return 0;
+  }
+  if (argc != 3)
+    die("usage: harness JOB OUT | harness -serve");
+  FILE *f = fopen(argv[1], "rb");
+  if (!f)
+    die("cannot open job file");
+  FILE *o = fopen(argv[2], "wb");
+  if (!o)
+    die("cannot create output file");
+  if (!run_job(f, o))
+    die("empty job file");
+  fclose(f);
   if (fclose(o) != 0)
     die("cannot write output file");
   return 0;

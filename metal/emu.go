@@ -1,0 +1,165 @@
+package metal
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/clefrt/clef/shaders"
+	"github.com/clefrt/clef/shaders/emu"
+)
+
+// emuBuf is device memory of the emulated GPU.
+type emuBuf struct{ data []byte }
+
+func (b *emuBuf) Len() int { return len(b.data) }
+
+// emuGPU runs every dispatch at once on the CPU through the MSL emulation
+// harness (shaders/emu): the same kernel source as on a Mac, compiled as C++.
+// It exists so that the backend's host logic (shape checks, launch geometry,
+// buffer binding, the MoE plan) is tested on machines without Metal.
+type emuGPU struct {
+	mu      sync.Mutex
+	work    string
+	kernels map[string]*emu.Harness
+}
+
+// NewEmulated returns the backend on the emulated GPU. It compiles every
+// shader with clang++-19 (cached between runs), so it needs clang-19 and takes
+// a while the first time. Close removes its scratch directory.
+func NewEmulated() (*Backend, error) {
+	if !emu.Available() {
+		return nil, fmt.Errorf("metal: the emulated GPU needs %s on PATH", emu.Clang)
+	}
+	work, err := os.MkdirTemp("", "clef-metal-emu")
+	if err != nil {
+		return nil, err
+	}
+	src := filepath.Join(work, "src")
+	if err := os.Mkdir(src, 0o755); err != nil {
+		return nil, err
+	}
+	if err := shaders.WriteFiles(src); err != nil {
+		os.RemoveAll(work)
+		return nil, err
+	}
+	g := &emuGPU{work: work, kernels: map[string]*emu.Harness{}}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var firstErr error
+	sem := make(chan struct{}, 2)
+	for _, f := range shaders.Files() {
+		wg.Add(1)
+		go func(f string) {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			h, err := emu.Build(work, filepath.Join(src, f))
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				if firstErr == nil {
+					firstErr = err
+				}
+				return
+			}
+			for _, k := range h.Kernels {
+				g.kernels[k.Name] = h
+			}
+		}(f)
+	}
+	wg.Wait()
+	if firstErr != nil {
+		os.RemoveAll(work)
+		return nil, firstErr
+	}
+	return newBackend(g, "metal-emu"), nil
+}
+
+func (g *emuGPU) Name() string { return "emulated GPU (MSL as C++ on CPU fibers)" }
+
+func (g *emuGPU) Alloc(n int) (gbuf, error) {
+	if n < 0 {
+		return nil, fmt.Errorf("metal: alloc of %d bytes", n)
+	}
+	return &emuBuf{data: make([]byte, n)}, nil
+}
+
+func (g *emuGPU) Upload(data []byte) (gbuf, error) {
+	return &emuBuf{data: append([]byte(nil), data...)}, nil
+}
+
+func (g *emuGPU) Wrap(data []byte) (gbuf, int, error) { return &emuBuf{data: data}, 0, nil }
+
+func (g *emuGPU) Release(b gbuf) {}
+
+func (g *emuGPU) Close() error { return os.RemoveAll(g.work) }
+
+func (g *emuGPU) Read(ctx context.Context, b gbuf, off int, dst []byte) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	eb, ok := b.(*emuBuf)
+	if !ok || off < 0 || off+len(dst) > len(eb.data) {
+		return fmt.Errorf("metal: read of %d bytes at %d outside the buffer", len(dst), off)
+	}
+	copy(dst, eb.data[off:])
+	return nil
+}
+
+// Dispatch runs d now. A buffer bound twice at the same offset is passed
+// once and aliased, as Metal would see one MTLBuffer.
+func (g *emuGPU) Dispatch(d *dispatch) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	h := g.kernels[d.Kernel]
+	if h == nil {
+		return fmt.Errorf("metal: no kernel %q", d.Kernel)
+	}
+	job := &emu.Job{Kernel: d.Kernel, Grid: d.Grid, Group: d.Group, Alias: map[int]int{}}
+	job.Buffers = append(job.Buffers, emu.Buffer{Index: 0, Data: d.Args})
+	type key struct {
+		b   *emuBuf
+		off int
+	}
+	first := map[key]int{}    // buffer -> kernel index it was first bound at
+	var bound []key           // job.Buffers[i+1]'s buffer
+	written := map[int]bool{} // positions in job.Buffers to copy back
+	for _, a := range d.Bufs {
+		eb, ok := a.Buf.(*emuBuf)
+		if !ok {
+			return fmt.Errorf("metal: %s: buffer %d is not an emulator buffer", d.Kernel, a.Index)
+		}
+		if a.Off < 0 || a.Off > len(eb.data) {
+			return fmt.Errorf("metal: %s: offset %d outside buffer %d", d.Kernel, a.Off, a.Index)
+		}
+		k := key{eb, a.Off}
+		idx, seen := first[k]
+		if !seen {
+			first[k] = a.Index
+			job.Buffers = append(job.Buffers, emu.Buffer{Index: a.Index, Data: eb.data[a.Off:]})
+			bound = append(bound, k)
+			idx = a.Index
+		} else {
+			job.Alias[a.Index] = idx
+		}
+		if a.Out {
+			for i := 1; i < len(job.Buffers); i++ {
+				if job.Buffers[i].Index == idx {
+					written[i] = true
+				}
+			}
+		}
+	}
+	res, err := h.Run(job)
+	if err != nil {
+		return err
+	}
+	for i := range written {
+		k := bound[i-1]
+		copy(k.b.data[k.off:], res[i])
+	}
+	return nil
+}
