@@ -73,9 +73,9 @@ type AgreementSet struct {
 }
 
 type acc struct {
-	n                 int
-	same              int
-	tv, kl, maxAbsDP  float64
+	n                int
+	same             int
+	tv, kl, maxAbsDP float64
 }
 
 func (a *acc) add(d QuestionDiff) {

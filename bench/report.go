@@ -19,16 +19,16 @@ const SchemaVersion = 1
 // Report is report.json. Its field names are read by tools outside this
 // repository: README.md documents them; keep them stable.
 type Report struct {
-	SchemaVersion int             `json:"schema_version"`
-	Tool          string          `json:"tool"`
-	Created       string          `json:"created"` // RFC 3339, UTC
-	Host          Host            `json:"host"`
-	Settings      Settings        `json:"settings"`
-	Reference     string          `json:"reference"` // name of the model the others are compared with
-	Scenarios     []ScenarioInfo  `json:"scenarios"`
-	Skipped       []Skipped       `json:"skipped,omitempty"`
-	Models        []*ModelReport  `json:"models"`
-	Kernels       *KernelReport   `json:"kernels,omitempty"`
+	SchemaVersion int            `json:"schema_version"`
+	Tool          string         `json:"tool"`
+	Created       string         `json:"created"` // RFC 3339, UTC
+	Host          Host           `json:"host"`
+	Settings      Settings       `json:"settings"`
+	Reference     string         `json:"reference"` // name of the model the others are compared with
+	Scenarios     []ScenarioInfo `json:"scenarios"`
+	Skipped       []Skipped      `json:"skipped,omitempty"`
+	Models        []*ModelReport `json:"models"`
+	Kernels       *KernelReport  `json:"kernels,omitempty"`
 }
 
 // Host describes the machine.

@@ -112,9 +112,9 @@ func NewHTTP(base, token string) (*HTTP, error) {
 // wireResponse is the SystemOne response as JSON.
 type wireResponse struct {
 	Answers map[string]struct {
-		Type          string             `json:"type"`
-		Noul          *float64           `json:"noul"`
-		Probabilities json.RawMessage    `json:"probabilities"`
+		Type          string          `json:"type"`
+		Noul          *float64        `json:"noul"`
+		Probabilities json.RawMessage `json:"probabilities"`
 	} `json:"answers"`
 	Usage struct {
 		InputTokens int `json:"input_tokens"`

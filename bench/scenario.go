@@ -15,9 +15,11 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net/http"
 	"sort"
 	"strconv"
 	"strings"
@@ -201,6 +203,12 @@ func Build(tok record.Tokenizer, g Grid, maxLength int) ([]*Scenario, []Skipped,
 					questions := synthQuestions(nq, no, seed)
 					// The fixed part first (empty state), then the state sized to fit.
 					fixed, err := encodeBody(tok, requestBody("", questions), maxLength)
+					var ae *api.Error
+					if errors.As(err, &ae) && ae.Status == http.StatusRequestEntityTooLarge {
+						skipped = append(skipped, Skipped{name, ae.Message})
+						sc = nil
+						break
+					}
 					if err != nil {
 						return nil, nil, fmt.Errorf("bench: %s: %w", name, err)
 					}
@@ -294,7 +302,7 @@ func synthQuestions(n, opts int, seed uint64) []synthQuestion {
 // requestBody writes a SystemOne request with the questions in order.
 func requestBody(state string, qs []synthQuestion) []byte {
 	var b bytes.Buffer
-	fmt.Fprintf(&b, `{"model": "@cf/cloudflare/clef-omni", "state": %s, "questions": {`, jsonString(state))
+	fmt.Fprintf(&b, `{"model": "clef-omni", "state": %s, "questions": {`, jsonString(state))
 	for i, q := range qs {
 		if i > 0 {
 			b.WriteString(", ")

@@ -31,7 +31,7 @@ type plot struct {
 
 // Plot geometry.
 const (
-	svgW, svgH            = 760, 460
+	svgW, svgH             = 760, 460
 	padL, padR, padT, padB = 70, 170, 40, 50
 )
 

@@ -91,6 +91,10 @@ func Run(ctx context.Context, opts Options) error {
 		})
 	})
 	app.SetActivationPolicy(cocoa.NSApplicationActivationPolicyAccessory)
+	go func() { // SIGINT/SIGTERM end the app like Quit does
+		<-ctx.Done()
+		core.Dispatch(func() { app.Terminate() })
+	}()
 	app.Run()
 	return nil
 }

@@ -82,7 +82,7 @@ func loadDarwin(t *testing.T, pattern string) *darwinUniverse {
 	t.Helper()
 	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
 	cmd := exec.Command(goBin, "list", "-e", "-deps", "-json", pattern)
-	cmd.Env = append(os.Environ(), "GOOS=darwin", "GOARCH=arm64", "CGO_ENABLED=1", "GOFLAGS=-mod=mod")
+	cmd.Env = append(os.Environ(), "GOOS=darwin", "GOARCH=arm64", "CGO_ENABLED=1")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

@@ -408,7 +408,10 @@ func (b *Backend) matmul(xh, wh, y *tensor) error {
 	if N <= mvMaxTokens {
 		return b.run("mul_mv_"+suffix, [3]int{groups(M, 4), N, 1}, [3]int{64, 1, 1}, Bytes(&a), bufs...)
 	}
-	return b.run("mul_mm_"+suffix, [3]int{groups(N, 32), groups(M, 64), 1}, [3]int{128, 1, 1}, Bytes(&a), bufs...)
+	// FC_mm_direct: every tile lies inside y, so it is stored without staging.
+	direct := fconst{Index: 0, Bool: true, Value: int(b2i(M%64 == 0 && N%32 == 0))}
+	return b.dev.Dispatch(&dispatch{Kernel: "mul_mm_" + suffix, Consts: []fconst{direct},
+		Grid: [3]int{groups(N, 32), groups(M, 64), 1}, Group: [3]int{128, 1, 1}, Args: Bytes(&a), Bufs: bufs})
 }
 
 // normWeight returns an f32 copy of a norm weight (uploaded once).

@@ -119,6 +119,16 @@ func (g *emuGPU) Dispatch(d *dispatch) error {
 		return fmt.Errorf("metal: no kernel %q", d.Kernel)
 	}
 	job := &emu.Job{Kernel: d.Kernel, Grid: d.Grid, Group: d.Group, Alias: map[int]int{}}
+	for _, c := range d.Consts {
+		v := []byte{byte(c.Value), byte(c.Value >> 8), byte(c.Value >> 16), byte(c.Value >> 24)}
+		if c.Bool {
+			v = []byte{0}
+			if c.Value != 0 {
+				v[0] = 1
+			}
+		}
+		job.Consts = append(job.Consts, emu.Const{Index: c.Index, Value: v})
+	}
 	job.Buffers = append(job.Buffers, emu.Buffer{Index: 0, Data: d.Args})
 	type key struct {
 		b   *emuBuf

@@ -18,14 +18,31 @@ type arg struct {
 	Out   bool
 }
 
+// fconst is one function-constant value of a specialised pipeline.
+type fconst struct {
+	Index int
+	Bool  bool // MTLDataTypeBool, else MTLDataTypeInt
+	Value int
+}
+
 // dispatch is one kernel launch: dispatchThreadgroups(Grid, Group) of the
-// named kernel with Args (a kargs struct) at buffer(0).
+// named kernel (specialised with Consts) with Args (a kargs struct) at
+// buffer(0).
 type dispatch struct {
 	Kernel string
+	Consts []fconst
 	Grid   [3]int
 	Group  [3]int
 	Args   []byte
 	Bufs   []arg
+}
+
+// DeviceInfo describes a Metal device.
+type DeviceInfo struct {
+	Name       string
+	Families   []string
+	MaxBuffer  uint64 // maxBufferLength
+	WorkingSet uint64 // recommendedMaxWorkingSetSize
 }
 
 // gpu is what the backend needs from a device. The Metal implementation

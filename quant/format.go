@@ -1,6 +1,9 @@
 package quant
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // Format is one row of the format table: the block layout of a storage type,
 // its reference dequantizer and quantizer, and the activation format its dot
@@ -122,6 +125,18 @@ func Quantize(t Type, dst []byte, src []float32, imatrix []float32) error {
 	}
 	if imatrix != nil && (len(imatrix) == 0 || len(imatrix)%f.BlockElems != 0 || len(src)%len(imatrix) != 0) {
 		return fmt.Errorf("quant: %v: importance matrix of %d values does not fit rows of %d values", t, len(imatrix), len(src))
+	}
+	if f.BlockElems > 1 {
+		for i, v := range src {
+			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+				return fmt.Errorf("quant: %v: value %d is %v", t, i, v)
+			}
+		}
+		for i, v := range imatrix {
+			if !(v >= 0) || math.IsInf(float64(v), 0) {
+				return fmt.Errorf("quant: %v: importance %d is %v", t, i, v)
+			}
+		}
 	}
 	f.Quantize(dst[:n], src, imatrix)
 	return nil

@@ -85,6 +85,9 @@ func quantizeKAffine(x, w []float32, sub, nmax, smax int, r *kAffine) {
 			break
 		}
 	}
+	if best == math.Inf(1) || math.IsNaN(best) {
+		*r = kAffine{} // nothing representable: all zero
+	}
 }
 
 // roundRatio returns v/d rounded and clamped to [lo, hi] (lo when d is 0).
@@ -107,7 +110,7 @@ type kSym struct {
 // with codes in [qmin, qmax] and sc in [smin, smax].
 func quantizeKSym(x, w []float32, qmin, qmax, smin, smax int, r *kSym) {
 	var tops [16]topScales
-	var ev [16 * 64]event
+	var ev [16 * 64]uint64
 	var tmp [256]int
 	var amax, smaxD float64
 	for j := 0; j < 16; j++ {
@@ -138,8 +141,13 @@ func quantizeKSym(x, w []float32, qmin, qmax, smin, smax int, r *kSym) {
 		for j := 0; j < 16; j++ {
 			xs, ws := x[16*j:16*j+16], w[16*j:16*j+16]
 			be, bs := math.Inf(1), cur.sc[j]
+			var seen [256]bool // integer scales tried, offset by -smin
 			try := func(c int) {
 				for s := max(smin, c-1); s <= min(smax, c+1); s++ {
+					if seen[s-smin] {
+						continue
+					}
+					seen[s-smin] = true
 					if e := symError(xs, ws, d*float32(s), qmin, qmax, tmp[:16]); e < be {
 						be, bs = e, s
 					}
@@ -175,11 +183,11 @@ func quantizeKSym(x, w []float32, qmin, qmax, smin, smax int, r *kSym) {
 	// The largest sub-block scale is also mapped exactly onto each of the
 	// sixteen integers at either end: their fp16 roundings differ.
 	var starts []float64
-	for k := 0; k < 24; k++ {
-		f := math.Pow(2, -float64(k)/6)
+	for k := 0; k < 12; k++ {
+		f := math.Pow(2, -float64(k)/3)
 		starts = append(starts, smaxD*f/float64(smin), smaxD*f/float64(smax))
 	}
-	for k := 1; k < 16; k++ {
+	for k := 1; k < 8; k++ {
 		starts = append(starts, smaxD/float64(smin+k), smaxD/float64(smax-k))
 	}
 	for _, d0 := range starts {

@@ -18,57 +18,59 @@ import (
 // then rounded to fp16 (its neighbours tried too) and the codes re-chosen
 // for the rounded scale.
 
-// event is one step of the sweep: code j moves by delta at inverse scale t.
-type event struct {
-	t     float64
-	j     int32
-	delta int32
-}
-
 // bestSymCont returns the least-squares scale of the best assignment of
-// codes in [qmin, qmax] to x (weights w), over scales of the given sign.
-// ev is scratch space.
+// codes in [qmin, qmax] to x (weights w, at most 32 values), over scales of
+// the given sign. ev is scratch space. Wide code ranges (q5_0, q6_K) start
+// the sweep where the largest value takes half the range: coarser scales
+// only waste codes.
 //
 // When tops is not nil it receives the scales of the best local optima along
 // the sweep (best first, 0 where there are fewer): a sub-block of a K format
 // whose scale gets clipped by the super-block scale can fall back on them.
-func bestSymCont(x, w []float32, qmin, qmax int, sign float64, ev []event, q []int, tops *topScales) (d, score float64) {
+func bestSymCont(x, w []float32, qmin, qmax int, sign float64, ev []uint64, q []int, tops *topScales) (d, score float64) {
+	// An event is packed in a uint64 that sorts by inverse scale t: the
+	// float64 bits of t (positive) with the low 6 bits replaced by the value
+	// index and the direction of its step.
+	const low = 0x3f
+	var amax float64
+	for _, v := range x {
+		amax = max(amax, math.Abs(float64(v)))
+	}
+	t0 := 0.0
+	if lim := min(qmax, -qmin); lim >= 15 && amax > 0 {
+		t0 = 0.5 * float64(lim) / amax
+	}
+	var a, b float64
 	ev = ev[:0]
 	for j, v := range x {
 		y := sign * float64(v)
+		q[j] = code(y, t0, qmin, qmax)
+		a += float64(w[j]) * y * float64(q[j])
+		b += float64(w[j]) * float64(q[j]*q[j])
 		if y > 0 {
-			for k := 0; k < qmax; k++ {
-				ev = append(ev, event{(float64(k) + 0.5) / y, int32(j), 1})
+			for k := q[j]; k < qmax; k++ {
+				ev = append(ev, math.Float64bits((float64(k)+0.5)/y)&^low|uint64(j)<<1)
 			}
 		} else if y < 0 {
-			for k := 0; k < -qmin; k++ {
-				ev = append(ev, event{(float64(k) + 0.5) / -y, int32(j), -1})
+			for k := -q[j]; k < -qmin; k++ {
+				ev = append(ev, math.Float64bits((float64(k)+0.5)/-y)&^low|uint64(j)<<1|1)
 			}
 		}
 	}
-	slices.SortFunc(ev, func(a, b event) int {
-		if a.t < b.t {
-			return -1
-		}
-		if a.t > b.t {
-			return 1
-		}
-		return 0
-	})
-	for j := range x {
-		q[j] = 0
-	}
-	var a, b float64
+	slices.Sort(ev)
 	prev, prevD, rising := 0.0, 0.0, false
-	for i, e := range ev {
-		j := e.j
-		old := q[j]
-		q[j] += int(e.delta)
-		wy := float64(w[j]) * sign * float64(x[j])
-		a += wy * float64(e.delta)
-		b += float64(w[j]) * float64(2*old*int(e.delta)+1)
-		if i+1 < len(ev) && ev[i+1].t == e.t {
-			continue
+	for i := -1; i < len(ev); i++ {
+		if i >= 0 {
+			e := ev[i]
+			j := int(e&low) >> 1
+			delta := 1 - 2*int(e&1)
+			old := q[j]
+			q[j] += delta
+			a += float64(w[j]) * sign * float64(x[j]) * float64(delta)
+			b += float64(w[j]) * float64(2*old*delta+1)
+			if i+1 < len(ev) && ev[i+1]&^low == e&^low {
+				continue
+			}
 		}
 		if !(a > 0 && b > 0) {
 			continue
@@ -118,8 +120,14 @@ func nearest(v, d float32, qmin, qmax int) int {
 	if d == 0 {
 		return 0
 	}
-	r := math.Round(float64(v) / float64(d))
-	if r < float64(qmin) {
+	return code(float64(v), 1/float64(d), qmin, qmax)
+}
+
+// code returns v·id rounded to the nearest integer and clamped to
+// [qmin, qmax] (NaN gives qmin).
+func code(v, id float64, qmin, qmax int) int {
+	r := math.Floor(v*id + 0.5)
+	if !(r >= float64(qmin)) {
 		return qmin
 	}
 	if r > float64(qmax) {
@@ -132,8 +140,16 @@ func nearest(v, d float32, qmin, qmax int) int {
 // squared error of the stored values d·q.
 func symError(x, w []float32, d float32, qmin, qmax int, q []int) float64 {
 	var e float64
+	if d == 0 {
+		for j, v := range x {
+			q[j] = 0
+			e += float64(w[j]) * float64(v) * float64(v)
+		}
+		return e
+	}
+	id := 1 / float64(d)
 	for j, v := range x {
-		q[j] = nearest(v, d, qmin, qmax)
+		q[j] = code(float64(v), id, qmin, qmax)
 		r := float64(v) - float64(float32(q[j])*d)
 		e += float64(w[j]) * r * r
 	}
@@ -149,7 +165,7 @@ func f16Neighbours(d float32) [3]float32 {
 // bestSymScale quantizes one block with one fp16 scale: codes in [qmin, qmax]
 // go to q, the returned scale is exactly representable in fp16.
 func bestSymScale(x, w []float32, qmin, qmax int, q []int) float32 {
-	var evBuf [32 * 32]event
+	var evBuf [32 * 32]uint64
 	tmp := make([]int, len(x))
 	var amax, smax float32
 	for _, v := range x {
@@ -230,8 +246,12 @@ func lsAffine(x, w []float32, q []int, nonPosMin bool) (d, m float64, ok bool) {
 // as the dequantizers do.
 func affineCodes(x, w []float32, d, m float32, nmax int, q []int) float64 {
 	var e float64
+	id := 0.0
+	if d != 0 {
+		id = 1 / float64(d)
+	}
 	for j, v := range x {
-		q[j] = nearest(v-m, d, 0, nmax)
+		q[j] = code(float64(v-m), id, 0, nmax)
 		r := float64(v) - float64(float32(q[j])*d+m)
 		e += float64(w[j]) * r * r
 	}
@@ -241,8 +261,12 @@ func affineCodes(x, w []float32, d, m float32, nmax int, q []int) float64 {
 // affineCodesK is affineCodes for the K formats' y = dl·q − ml.
 func affineCodesK(x, w []float32, dl, ml float32, nmax int, q []int) float64 {
 	var e float64
+	id := 0.0
+	if dl != 0 {
+		id = 1 / float64(dl)
+	}
 	for j, v := range x {
-		q[j] = nearest(v+ml, dl, 0, nmax)
+		q[j] = code(float64(v+ml), id, 0, nmax)
 		r := float64(v) - float64(float32(q[j])*dl-ml)
 		e += float64(w[j]) * r * r
 	}
@@ -300,7 +324,7 @@ func bestAffineCont(x, w []float32, nmax int, nonPosMin bool, q []int) (bd, bm f
 		it, sd := its[k%len(its)], seeds[k/len(its)]
 		m0 := float64(lo) + sd.lift*span - sd.phase/it
 		for j, v := range x {
-			q[j] = nearest(v-float32(m0), float32(1/it), 0, nmax)
+			q[j] = code(float64(v)-m0, it, 0, nmax)
 		}
 		for r := 0; r < 3; r++ {
 			d, m, ok := lsAffine(x, w, q, nonPosMin)

@@ -9,15 +9,30 @@ import (
 
 // PrefixKey names a cached prefix: a content hash of everything a record
 // holds before its schema (model identity, system prompt, media, state).
-type PrefixKey [32]byte
+type PrefixKey = [32]byte
 
 // Releaser is implemented by cached values that hold memory outside the Go
 // heap (device buffers): Release is called once when the entry leaves the cache.
 type Releaser interface{ Release() }
 
+// PrefixStore is what a model that reuses prefixes needs from the cache;
+// *PrefixCache implements it. The model keys an entry by a content hash of
+// its identity and of the token ids before the schema (system prompt, media,
+// state), stores every layer's keys and values for those positions together
+// with their final normed hidden rows (the joint head reads the hidden
+// state of every position), and gives the entry's size in bytes.
+type PrefixStore interface {
+	Get(key [32]byte) (any, bool)
+	Put(key [32]byte, val any, size int64) bool
+}
+
+var _ PrefixStore = (*PrefixCache)(nil)
+
 // PrefixCache is an LRU of prefix key/value tensors bounded in bytes. A
-// record whose prefix is cached needs only its schema tokens computed. It is
-// safe for concurrent use; the zero budget disables it.
+// record whose prefix is cached needs only its schema tokens computed (the
+// schema follows the state, and causal attention makes the prefix's keys
+// and values independent of what follows). It is safe for concurrent use;
+// the zero budget disables it.
 type PrefixCache struct {
 	mu        sync.Mutex
 	max, used int64

@@ -35,6 +35,8 @@ func (s *Server) routes() {
 	s.mux.Handle("/v1/systemone", s.wrap("systemone", systemOne, http.MethodPost, s.handleDecide(systemOne)))
 	s.mux.Handle("/ai/run/{model...}", s.wrap("workers_ai", workersAI, http.MethodPost, s.handleDecide(workersAI)))
 	s.mux.Handle("/client/v4/accounts/{account}/ai/run/{model...}", s.wrap("workers_ai", workersAI, http.MethodPost, s.handleDecide(workersAI)))
+	// AI Gateway's Workers AI provider path, for clients configured with a gateway id.
+	s.mux.Handle("/v1/{account}/{gateway}/workers-ai/{model...}", s.wrap("workers_ai", workersAI, http.MethodPost, s.handleDecide(workersAI)))
 	s.mux.Handle("/ai/", s.wrap("not_found", workersAI, "", s.handleNoRoute(workersAI)))
 	s.mux.Handle("/client/v4/", s.wrap("not_found", workersAI, "", s.handleNoRoute(workersAI)))
 	s.mux.Handle("/v1/models", s.wrap("models", systemOne, http.MethodGet, s.handleModels))
@@ -182,14 +184,6 @@ func (s *Server) handleDecide(p protocol) handlerFunc {
 			ri.attrs = append(ri.attrs, slog.String("body", string(body)))
 		}
 		ri.attrs = append(ri.attrs, slog.Int("body_bytes", len(body)))
-		if p == workersAI {
-			// The hosted route's estimate: (body bytes)/4 tokens, at most 131,072.
-			if err := api.CheckBodySize(len(body)); err != nil {
-				he, _ := toHTTPError(err)
-				writeError(w, p, he, ri.id)
-				return
-			}
-		}
 		req, err := s.parse(p, body)
 		if err != nil {
 			he, _ := toHTTPError(err)

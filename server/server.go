@@ -45,6 +45,8 @@ const (
 	// (~20 GB of weights, ~1 GB of activations at 64K tokens): 2 GiB holds
 	// the prefix key/values of about 10K tokens of state at float16.
 	DefaultPrefixCacheBytes = 2 << 30
+	// MaxQueueSize bounds Config.QueueSize (the queue is allocated up front).
+	MaxQueueSize = 1 << 16
 )
 
 // Decision is one answered request.
@@ -70,6 +72,15 @@ type Model interface {
 	Decide(ctx context.Context, req *api.Request) (*Decision, error)
 	// Close releases the model.
 	Close() error
+}
+
+// BatchModel is implemented by models that answer several requests faster
+// together (records packed into one forward) than one by one. The worker
+// hands it the requests that arrived together; answers and errors come
+// back in request order, one of the two per request.
+type BatchModel interface {
+	Model
+	DecideBatch(ctxs []context.Context, reqs []*api.Request) ([]*Decision, []error)
 }
 
 // Resident is implemented by models that know how many bytes they hold.
@@ -133,6 +144,8 @@ type Server struct {
 	mu         sync.Mutex
 	state      string
 	loadErr    error
+	failedAt   time.Time
+	loadRetry  time.Duration // a failed load is retried by the first request after this long
 	model      Model
 	everReady  bool
 	loadedAt   time.Time
@@ -174,6 +187,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = DefaultRequestTimeout
 	}
+	if cfg.QueueSize > MaxQueueSize {
+		return nil, fmt.Errorf("server: queue size %d is past the limit of %d", cfg.QueueSize, MaxQueueSize)
+	}
 	if cfg.PrefixCacheBytes < 0 {
 		return nil, fmt.Errorf("server: prefix cache bytes must not be negative, got %d", cfg.PrefixCacheBytes)
 	}
@@ -191,6 +207,7 @@ func New(cfg Config) (*Server, error) {
 		started:     time.Now(),
 		queue:       make(chan *job, cfg.QueueSize),
 		state:       status.StateStarting,
+		loadRetry:   30 * time.Second,
 		workerDone:  make(chan struct{}),
 		shutdownReq: make(chan struct{}),
 	}
@@ -221,6 +238,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.httpSrv = &http.Server{
 		Handler:           s.mux,
 		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       5 * time.Minute,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
@@ -291,11 +309,12 @@ func (s *Server) enqueue(j *job) error {
 	if s.closed {
 		return errClosing
 	}
+	s.depth.Add(1) // before the send: the worker may take it at once
 	select {
 	case s.queue <- j:
-		s.depth.Add(1)
 		return nil
 	default:
+		s.depth.Add(-1)
 		return errQueueFull
 	}
 }
@@ -362,6 +381,7 @@ func (s *Server) runBatch(batch []*job) {
 	s.mu.Lock()
 	m := s.model
 	s.mu.Unlock()
+	live := batch[:0:0]
 	for _, j := range batch {
 		wait := time.Since(j.enq)
 		s.metrics.waited(wait)
@@ -369,13 +389,55 @@ func (s *Server) runBatch(batch []*job) {
 			j.done <- jobResult{err: err, wait: wait}
 			continue
 		}
-		t := time.Now()
-		dec, err := s.decide(j.ctx, m, j.req)
-		j.done <- jobResult{dec: dec, err: err, wait: wait, run: time.Since(t)}
+		live = append(live, j)
+	}
+	if bm, ok := m.(BatchModel); ok && len(live) > 1 {
+		s.decideBatch(bm, live)
+	} else {
+		for _, j := range live {
+			t := time.Now()
+			dec, err := s.decide(j.ctx, m, j.req)
+			j.done <- jobResult{dec: dec, err: err, wait: t.Sub(j.enq), run: time.Since(t)}
+		}
 	}
 	s.mu.Lock()
 	s.lastUsed = time.Now()
 	s.mu.Unlock()
+}
+
+// decideBatch hands the live jobs to a model that answers them together.
+func (s *Server) decideBatch(bm BatchModel, jobs []*job) {
+	ctxs := make([]context.Context, len(jobs))
+	reqs := make([]*api.Request, len(jobs))
+	for i, j := range jobs {
+		ctxs[i], reqs[i] = j.ctx, j.req
+	}
+	t := time.Now()
+	decs, errs := func() (decs []*Decision, errs []error) {
+		defer func() {
+			if p := recover(); p != nil {
+				s.metrics.panicked()
+				decs, errs = nil, nil
+				for range jobs {
+					errs = append(errs, &panicError{value: p})
+				}
+			}
+		}()
+		return bm.DecideBatch(ctxs, reqs)
+	}()
+	run := time.Since(t)
+	for i, j := range jobs {
+		res := jobResult{wait: t.Sub(j.enq), run: run}
+		switch {
+		case i < len(errs) && errs[i] != nil:
+			res.err = errs[i]
+		case i < len(decs) && decs[i] != nil:
+			res.dec = decs[i]
+		default:
+			res.err = fmt.Errorf("batch model returned no answer for request %d of %d", i, len(jobs))
+		}
+		j.done <- res
+	}
 }
 
 // decide calls the model, turning a panic into an error so that one bad
@@ -407,7 +469,7 @@ func (s *Server) ensureLoaded() error {
 		s.mu.Unlock()
 		return nil
 	}
-	if s.state == status.StateFailed {
+	if s.state == status.StateFailed && time.Since(s.failedAt) < s.loadRetry {
 		err := s.loadErr
 		s.mu.Unlock()
 		return &errNotReady{"model failed to load: " + err.Error()}
@@ -423,11 +485,11 @@ func (s *Server) ensureLoaded() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {
-		s.state, s.loadErr = status.StateFailed, err
+		s.state, s.loadErr, s.failedAt = status.StateFailed, err, time.Now()
 		s.log.Error("model load failed", "err", err)
 		return &errNotReady{"model failed to load: " + err.Error()}
 	}
-	s.model, s.loadedAt, s.loadDur, s.lastUsed = m, time.Now(), time.Since(t), time.Now()
+	s.model, s.loadedAt, s.loadDur, s.lastUsed, s.loadErr = m, time.Now(), time.Since(t), time.Now(), nil
 	s.loads++
 	s.everReady = true
 	if s.state != status.StateStopping {
@@ -497,8 +559,10 @@ func (s *Server) admit() error {
 	switch {
 	case s.state == status.StateStopping:
 		return &errNotReady{"server is shutting down"}
+	case s.state == status.StateFailed && time.Since(s.failedAt) < s.loadRetry:
+		return &errNotReady{"model failed to load: " + s.loadErr.Error() + " (retried by a request after " + s.loadRetry.String() + ")"}
 	case s.state == status.StateFailed:
-		return &errNotReady{"model failed to load: " + s.loadErr.Error()}
+		return nil // let a request retry the load
 	case !s.everReady:
 		return &errNotReady{"model is loading"}
 	}

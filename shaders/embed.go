@@ -88,7 +88,7 @@ func Library() (string, error) {
 	return b.String(), nil
 }
 
-// KernelNames lists every `kernel void` entry point of the library, in file
+// KernelNames lists every entry point (kernel-qualified function) of the library, in file
 // order.
 func KernelNames() []string {
 	re := regexp.MustCompile(`\bkernel\s+void\s+(\w+)\s*\(`)

@@ -1,6 +1,6 @@
-// kargs.h: the argument structs shared by the kernels (shaders/*.metal) and
+// kargs.h: the argument structs shared by the shaders (shaders/*.metal) and
 // the host (metal/kargs.go mirrors every struct field by field; a test compares
-// sizes and offsets). Each kernel takes one of these at buffer(0), set with
+// sizes and offsets). Each entry point takes one of these at buffer(0), set with
 // setBytes. Counts are int (32-bit), byte sizes and strides ulong (64-bit).
 // Keep every struct a multiple of 8 bytes with no implicit padding.
 #ifndef CLEF_KARGS_H
@@ -35,7 +35,7 @@ typedef struct {
 // x[token][head][head_dim] into y (y may be x). Frequency i takes its
 // position from stream[i] (0 temporal, 1 height, 2 width) of pos[token][3]
 // and its inverse frequency from inv_freq[i]: the host builds both tables,
-// so plain, chunked and interleaved M-RoPE are the same kernel.
+// so plain, chunked and interleaved M-RoPE are the same function.
 typedef struct {
   KARGS_INT tokens;
   KARGS_INT heads;

@@ -59,6 +59,12 @@ static inline void mul_mv_impl(constant kargs_matmul &args, device const uchar *
   }
 }
 
+// FC_mm_direct (function constant 0, mul_mm_* only): every tile lies wholly
+// inside y (M % 64 == 0 and N % 32 == 0), so tiles are stored straight from
+// the simdgroup matrices instead of through threadgroup memory with bounds
+// checks.
+constant bool FC_mm_direct [[function_constant(0)]];
+
 #define MM_BM 64
 #define MM_BN 32
 #define MM_BK 32
@@ -69,7 +75,7 @@ template <typename F>
 static inline void mul_mm_tile(constant kargs_matmul &args, device const uchar *w, device const uchar *ws,
                                device const uchar *wb, device const float *x, device float *y,
                                threadgroup float *shmem, threadgroup int *rows, threadgroup int *outs, int m0,
-                               ushort tiitg, ushort sgitg) {
+                               bool direct, ushort tiitg, ushort sgitg) {
   threadgroup float *sa = shmem;                 // W tile [64 rows][32 k]
   threadgroup float *sb = shmem + MM_BM * MM_BK; // x tile [32 tokens][32 k]
   const int ar = tiitg / 2, ac = tiitg % 2;      // this thread's W row and 16-chunk
@@ -125,6 +131,14 @@ static inline void mul_mm_tile(constant kargs_matmul &args, device const uchar *
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
+  if (direct) {
+    for (int i = 0; i < 2; i++) {
+      for (int j = 0; j < 4; j++) {
+        simdgroup_store(acc[i][j], y + (ulong)outs[to + 8 * i] * args.y_stride + m0 + ro + 8 * j, args.y_stride);
+      }
+    }
+    return;
+  }
   // Stage the tile [32 tokens][64 rows] in threadgroup memory, then store
   // the part inside the matrix.
   threadgroup float *sc = shmem;
@@ -143,7 +157,7 @@ static inline void mul_mm_tile(constant kargs_matmul &args, device const uchar *
   }
 }
 
-// Threadgroup arrays may only be declared in kernel functions: the kernels
+// Threadgroup arrays may only be declared in entry-point functions: those
 // declare them (MM_TG) and pass them down.
 #define MM_TG                                                                                           \
   threadgroup float shmem[MM_BM * MM_BK + MM_BN * MM_BK];                                               \
@@ -162,7 +176,7 @@ static inline void mul_mm_impl(constant kargs_matmul &args, device const uchar *
     outs[tiitg] = n < args.N ? n : -1;
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
-  mul_mm_tile<F>(args, w, ws, wb, x, y, shmem, rows, outs, m0, tiitg, sgitg);
+  mul_mm_tile<F>(args, w, ws, wb, x, y, shmem, rows, outs, m0, FC_mm_direct, tiitg, sgitg);
 }
 
 template <typename F>
@@ -190,7 +204,7 @@ static inline void mul_mm_id_impl(constant kargs_matmul &args, device const ucha
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
   mul_mm_tile<F>(args, w + (ulong)e * args.expert_bytes, ws + (ulong)e * args.s_expert_bytes,
-                 wb + (ulong)e * args.s_expert_bytes, x, y, shmem, rows, outs, m0, tiitg, sgitg);
+                 wb + (ulong)e * args.s_expert_bytes, x, y, shmem, rows, outs, m0, false, tiitg, sgitg);
 }
 
 template <typename F>

@@ -261,24 +261,34 @@ func mulMvCase(f fmtInfo) kernelCase {
 
 func mulMmCase(f fmtInfo) kernelCase {
 	return func(t *testing.T, h *emu.Harness, rng *rand.Rand) {
-		M, N, K := 70, 37, 256
-		if f.elems == 1 {
-			K = 101 // a row tail inside the last 32-wide step
-		}
-		w := makeWeights(t, rng, f, M, K)
-		xStride, yStride := K+3, M+1
-		x := randF32(rng, N*xStride, 1)
-		y := nanF32(N * yStride)
-		args := matmulArgs(w, N, xStride, yStride)
-		name := "mul_mm_" + f.name
-		out := runJob(t, h, &emu.Job{Kernel: name, Grid: [3]int{groups(N, 32), groups(M, 64), 1}, Group: [3]int{128, 1, 1},
-			Buffers: []emu.Buffer{{Index: 0, Data: metal.Bytes(&args)}, {Index: 1, Data: w.data}, {Index: 2, Data: w.sc}, {Index: 3, Data: w.bi}, {Index: 4, Data: emu.F32(x)}, {Index: 5, Data: emu.F32(y)}}})
-		got := emu.ToF32(out[5])
-		want, abs := matmulRef(w, x, xStride, func(n int) int { return n }, N)
-		for n := 0; n < N; n++ {
-			checkAbsRef(t, fmt.Sprintf("%s token %d", name, n), got[n*yStride:n*yStride+M], want[n*M:(n+1)*M], abs[n*M:(n+1)*M], 2e-6)
-			if !math.IsNaN(float64(got[n*yStride+M])) {
-				t.Fatalf("%s wrote into the row padding", name)
+		for _, sh := range []struct {
+			M, N, K int
+			direct  bool
+		}{{70, 37, 256, false}, {64, 64, 256, true}} {
+			M, N, K := sh.M, sh.N, sh.K
+			if f.elems == 1 && !sh.direct {
+				K = 101 // a row tail inside the last 32-wide step
+			}
+			w := makeWeights(t, rng, f, M, K)
+			xStride, yStride := K+3, M+1
+			x := randF32(rng, N*xStride, 1)
+			y := nanF32(N * yStride)
+			args := matmulArgs(w, N, xStride, yStride)
+			name := "mul_mm_" + f.name
+			fc := []byte{0}
+			if sh.direct {
+				fc[0] = 1
+			}
+			out := runJob(t, h, &emu.Job{Kernel: name, Grid: [3]int{groups(N, 32), groups(M, 64), 1}, Group: [3]int{128, 1, 1},
+				Consts:  []emu.Const{{Index: 0, Value: fc}},
+				Buffers: []emu.Buffer{{Index: 0, Data: metal.Bytes(&args)}, {Index: 1, Data: w.data}, {Index: 2, Data: w.sc}, {Index: 3, Data: w.bi}, {Index: 4, Data: emu.F32(x)}, {Index: 5, Data: emu.F32(y)}}})
+			got := emu.ToF32(out[5])
+			want, abs := matmulRef(w, x, xStride, func(n int) int { return n }, N)
+			for n := 0; n < N; n++ {
+				checkAbsRef(t, fmt.Sprintf("%s direct=%v token %d", name, sh.direct, n), got[n*yStride:n*yStride+M], want[n*M:(n+1)*M], abs[n*M:(n+1)*M], 2e-6)
+				if !math.IsNaN(float64(got[n*yStride+M])) {
+					t.Fatalf("%s wrote into the row padding", name)
+				}
 			}
 		}
 	}

@@ -1,4 +1,4 @@
-// quants.h: block decoders shared by every kernel that reads weights. Each
+// quants.h: block decoders shared by every function that reads weights. Each
 // format is a struct with
 //   dq16(w, s, b, chunk, gs, sbf16, out): elements [16*chunk, 16*chunk+16) of
 //     one row starting at w (s, b: that row's MLX scales and biases);

@@ -3,7 +3,7 @@
 # clang++-19 through shaders/emu/csrc/msl_shim.h, runs every kernel on CPU
 # fibers against Go references, and ends with the contract line
 #   shaders: N kernels, M verified
-# (N counts every `kernel void` function in shaders/; M those whose emulated
+# (N counts every MSL entry point in shaders/*.metal; M those whose emulated
 # results matched). Without clang++-19 the kernels are skipped (M = 0).
 .PHONY: shader-test
 shader-test:

@@ -12,9 +12,9 @@ import (
 
 	"github.com/clefrt/clef/engine/backend"
 	_ "github.com/clefrt/clef/engine/cpu" // registers the "cpu" backend
-	"github.com/clefrt/clef/internal/npy"
 	"github.com/clefrt/clef/engine/model/qwen3moe"
 	"github.com/clefrt/clef/engine/weights"
+	"github.com/clefrt/clef/internal/npy"
 )
 
 func init() {

@@ -13,7 +13,7 @@ import (
 )
 
 func init() {
-	var model, typ, out string
+	var model, typ, out, towers string
 	var threads int
 	var quiet bool
 	names := make([]string, len(convert.FileTypes))
@@ -28,8 +28,9 @@ qwen3moe/qwen3vlmoe GGUF) into two files:
 
   FILE.gguf       the thinker's text backbone as a llama.cpp "qwen3moe" GGUF,
                   tokenizer included, quantized to TYPE
-  FILE.head.gguf  the companion: joint head, audio and vision towers (source
-                  precision) and the release's config files as metadata
+  FILE.head.gguf  the companion: joint head (never quantized), audio and
+                  vision towers (source precision, or Q8_0 with --towers q8_0)
+                  and the release's config files as metadata
 
 TYPE is one of ` + strings.Join(names, ", ") + `. Norms and the router stay F32;
 the _M mixtures give attn_v, part of ffn_down_exps and output more bits;
@@ -48,6 +49,13 @@ tensors whose rows do not fit a type's blocks fall back as llama.cpp does
 				return &exitError{2, fmt.Errorf("quantize: --out %q must end in .gguf (and not .head.gguf)", out)}
 			}
 			opts := convert.Options{Type: ft, Out: out, Threads: threads}
+			switch towers {
+			case "", "keep":
+			case "q8_0":
+				opts.TowerType = quant.Q8_0
+			default:
+				return &exitError{2, fmt.Errorf("quantize: --towers must be keep or q8_0, got %q", towers)}
+			}
 			if !quiet {
 				opts.Progress = os.Stderr
 			}
@@ -81,6 +89,7 @@ tensors whose rows do not fit a type's blocks fall back as llama.cpp does
 	fl.StringVar(&model, "model", "", "source: release or MLX directory, or a qwen3moe/qwen3vlmoe .gguf")
 	fl.StringVar(&typ, "type", "", "quantization: "+strings.Join(names, ", "))
 	fl.StringVar(&out, "out", "", "backbone GGUF to write (the companion goes to FILE.head.gguf)")
+	fl.StringVar(&towers, "towers", "keep", "audio/vision towers in the companion: keep (source precision) or q8_0")
 	fl.IntVar(&threads, "threads", 0, "quantization threads (0: all cores)")
 	fl.BoolVar(&quiet, "quiet", false, "no progress bar")
 	rootCmd.AddCommand(cmd)

@@ -113,8 +113,8 @@ func runServe(cmd *cobra.Command, f *serveFlags) error {
 	if token == "" {
 		token = os.Getenv("CLEF_TOKEN")
 	}
-	if !loopbackAddr(f.addr) && token == "" {
-		log.Warn("listening beyond loopback without --token: anyone who can reach " + f.addr + " can use the model")
+	if w := exposureWarning(f.addr, token); w != "" {
+		log.Warn(w)
 	}
 
 	path, synthetic, cleanup, err := resolveModel(f.model)
@@ -147,7 +147,7 @@ func runServe(cmd *cobra.Command, f *serveFlags) error {
 	})
 	if err != nil {
 		ln.Close()
-		return err
+		return &exitError{2, err}
 	}
 	log.Info("clef serve listening", "addr", "http://"+ln.Addr().String(), "model", path, "idle_unload", f.idleUnload,
 		"prefix_cache_bytes", cacheBytes, "queue", f.queue, "auth", token != "")
@@ -172,6 +172,15 @@ func runServe(cmd *cobra.Command, f *serveFlags) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// exposureWarning is the warning for an address beyond loopback served
+// without a token, "" otherwise.
+func exposureWarning(addr, token string) string {
+	if loopbackAddr(addr) || token != "" {
+		return ""
+	}
+	return "listening beyond loopback without --token: anyone who can reach " + addr + " can use the model; set --token"
 }
 
 // loopbackAddr reports whether addr (host:port) listens on loopback only.

@@ -130,6 +130,20 @@ func TestLoopbackAddr(t *testing.T) {
 	}
 }
 
+func TestExposureWarning(t *testing.T) {
+	if w := exposureWarning("0.0.0.0:8089", ""); !strings.Contains(w, "--token") {
+		t.Errorf("all interfaces without a token: %q", w)
+	}
+	if w := exposureWarning(":8089", ""); w == "" {
+		t.Error("no warning for :8089 without a token")
+	}
+	for _, c := range [][2]string{{"0.0.0.0:8089", "tok"}, {"127.0.0.1:8089", ""}, {"localhost:8089", ""}} {
+		if w := exposureWarning(c[0], c[1]); w != "" {
+			t.Errorf("%v: unexpected warning %q", c, w)
+		}
+	}
+}
+
 // clef daemon install writes the LaunchAgent under $HOME; uninstall removes it.
 func TestDaemonInstallUninstall(t *testing.T) {
 	home := t.TempDir()

@@ -1,8 +1,3 @@
-// Package convert turns a Clef-Omni checkpoint (release or MLX directory, or
-// a qwen3moe GGUF) into clef's GGUF files: the thinker's text backbone as a
-// llama.cpp-loadable qwen3moe GGUF with the tokenizer inside, and a companion
-// GGUF next to it with the joint head, its configuration and the towers. It
-// streams: one source matrix at a time is dequantized, quantized and written.
 package convert
 
 import (

@@ -27,6 +27,10 @@ type Options struct {
 	Threads int
 	// Name goes to general.name (default: the source's base name).
 	Name string
+	// TowerType, when Q8_0, stores the audio and vision towers' matrices
+	// (2-D, rows a multiple of 32) as Q8_0 in the companion; by default they
+	// keep the source precision. The joint head is never quantized.
+	TowerType quant.Type
 }
 
 // Result describes what Quantize wrote.
@@ -66,6 +70,12 @@ func Quantize(src string, opts Options) (*Result, error) {
 		if same(o, src) || same(o, weights.CompanionPath(src)) {
 			return nil, fmt.Errorf("quantize: output %s would overwrite the source", o)
 		}
+	}
+	if ft, err := ParseFileType(opts.Type.Name); err != nil || ft != opts.Type {
+		return nil, fmt.Errorf("quantize: file type %q is not one of FileTypes", opts.Type.Name)
+	}
+	if opts.TowerType != 0 && opts.TowerType != quant.Q8_0 {
+		return nil, fmt.Errorf("quantize: towers can be kept or stored as q8_0, not %v", opts.TowerType)
 	}
 	if opts.Threads <= 0 {
 		opts.Threads = runtime.GOMAXPROCS(0)
@@ -112,7 +122,7 @@ func Quantize(src string, opts Options) (*Result, error) {
 	}
 	kv := append(backboneKV(cfg, opts.Type, name, embed.Shape[0]), tok...)
 
-	comp, compKV, err := planCompanion(m, set, used, srcGGUF, filepath.Base(opts.Out), name)
+	comp, compKV, err := planCompanion(m, set, used, srcGGUF, filepath.Base(opts.Out), name, opts.TowerType)
 	if err != nil {
 		return nil, fmt.Errorf("quantize: %v", err)
 	}
@@ -304,8 +314,10 @@ func backboneKV(c *TextConfig, ft FileType, name string, vocab int) []weights.GG
 // planCompanion lists everything the backbone does not hold: the joint head
 // (torch names), the audio and vision towers (thinker.audio_tower.*,
 // thinker.visual.*). Float tensors keep their type; others are widened
-// (F32 for the head, BF16 for the towers). Config files go in as strings.
-func planCompanion(m weights.Model, set *weights.Set, used map[string]bool, srcGGUF *weights.GGUFFile, backbone, name string) ([]item, []weights.GGUFKV, error) {
+// (F32 for the head, BF16 for the towers); with towers Q8_0, the towers'
+// matrices whose rows fit 32-blocks become Q8_0. Config files go in as
+// strings.
+func planCompanion(m weights.Model, set *weights.Set, used map[string]bool, srcGGUF *weights.GGUFFile, backbone, name string, towers quant.Type) ([]item, []weights.GGUFKV, error) {
 	kv := []weights.GGUFKV{
 		{Key: "general.architecture", Value: "clef_head"},
 		{Key: "general.name", Value: name},
@@ -345,6 +357,9 @@ func planCompanion(m weights.Model, set *weights.Set, used map[string]bool, srcG
 			if !strings.HasPrefix(n, "thinker.") {
 				typ = quant.F32
 			}
+		}
+		if towers == quant.Q8_0 && strings.HasPrefix(n, "thinker.") && len(t.Shape) == 2 && t.Shape[1]%32 == 0 {
+			typ = quant.Q8_0
 		}
 		it := item{name: n, typ: typ, src: []*weights.Tensor{t}}
 		s := t.Shape
@@ -431,7 +446,7 @@ func writeGGUF(path string, kv []weights.GGUFKV, items []item, threads int, prog
 	return st.Size(), nil
 }
 
-// chunkValues bounds the float32 values dequantized at once (16 MiB).
+// chunkValues bounds the values converted per chunk (4M).
 const chunkValues = 4 << 20
 
 // streamTensor writes t converted to typ: a plain copy when the type is

@@ -153,9 +153,30 @@ func TestQuantizeBF16IsACopy(t *testing.T) {
 	defer src.Close()
 	out := filepath.Join(t.TempDir(), "b.gguf")
 	ft, _ := ParseFileType("bf16")
-	res, err := Quantize(tinyBF16, Options{Type: ft, Out: out})
+	var prog bytes.Buffer
+	res, err := Quantize(tinyBF16, Options{Type: ft, Out: out, Progress: &prog, TowerType: quant.Q8_0})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if p := prog.String(); !strings.Contains(p, "203/203 tensors") || !strings.Contains(p, "ETA 0s") || !strings.Contains(p, "\r[") {
+		t.Errorf("progress: %q", p)
+	}
+	c, err := weights.OpenGGUF(res.Companion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var q8 int
+	for _, ti := range c.Tensors {
+		if ti.Type == quant.Q8_0 {
+			q8++
+			if !strings.HasPrefix(ti.Name, "thinker.audio_tower.") && !strings.HasPrefix(ti.Name, "thinker.visual.") {
+				t.Errorf("%s quantized", ti.Name)
+			}
+		}
+	}
+	if q8 == 0 {
+		t.Error("no tower matrix stored as q8_0")
 	}
 	checkQuantized(t, src, out, res)
 	m, _ := weights.Open(out)
@@ -350,6 +371,9 @@ func TestQuantizeErrors(t *testing.T) {
 	q8, _ := ParseFileType("q8_0")
 	src := filepath.Join(dir, "s.gguf")
 	writeSynthetic(t, src)
+	if _, err := Quantize(tinyRelease, Options{Out: filepath.Join(dir, "z.gguf")}); err == nil || !strings.Contains(err.Error(), "file type") {
+		t.Errorf("zero file type: %v", err)
+	}
 	for _, c := range []struct {
 		src, out, want string
 	}{

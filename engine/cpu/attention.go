@@ -8,7 +8,7 @@ import (
 )
 
 const (
-	// attnQueryBlock is how many query rows of one head a worker takes.
+	// attnQueryBlock is how many query rows of one head pair a worker takes.
 	attnQueryBlock = 16
 	// attnKeyBlock is how many keys are scored before the running softmax
 	// is rescaled.
@@ -16,7 +16,9 @@ const (
 )
 
 // Attention is causal grouped-query attention with an online softmax over
-// blocks of keys: memory is O(L·headDim) whatever the length.
+// blocks of keys: memory is O(L·headDim) whatever the length. Two query
+// heads that read the same kv head are scored together (a 2×4 tile of
+// heads × keys), so every key row is loaded once for both.
 func (b *Backend) Attention(q, k, v *backend.Tensor, nHead, nKV int, scale float32) (*backend.Tensor, error) {
 	qf, L, qc, err := act(q, "Attention q")
 	if err != nil {
@@ -38,58 +40,103 @@ func (b *Backend) Attention(q, k, v *backend.Tensor, nHead, nKV int, scale float
 		return nil, fmt.Errorf("cpu: Attention: q [%d %d], k [%d %d], v [%d %d] do not fit %d/%d heads of %d", L, qc, kl, kc, vl, vc, nHead, nKV, d)
 	}
 	group := nHead / nKV
-	out := make([]float32, L*qc)
+	pair := 1
+	if group%2 == 0 {
+		pair = 2
+	}
+	units := nHead / pair
+	out := b.mem.get(L * qc)
 	qBlocks := (L + attnQueryBlock - 1) / attnQueryBlock
-	b.parallelDynamic(nHead*qBlocks, func(_, item int) {
+	b.parallelDynamic(units*qBlocks, func(_, item int) {
 		// Hand out the longest (last) query blocks first.
-		h := item % nHead
-		qb := qBlocks - 1 - item/nHead
-		kvh := h / group
-		s := make([]float32, attnKeyBlock)
-		acc := make([]float32, d)
-		var r4 [4]float32
+		h0 := item % units * pair
+		qb := qBlocks - 1 - item/units
+		kvh := h0 / group
+		var st attnState
+		st.init(d, pair)
 		for i := qb * attnQueryBlock; i < min(L, (qb+1)*attnQueryBlock); i++ {
-			qr := qf[i*qc+h*d : i*qc+(h+1)*d]
-			m := float32(math.Inf(-1))
-			var l float32
-			clear(acc)
-			for j0 := 0; j0 <= i; j0 += attnKeyBlock {
-				j1 := min(i+1, j0+attnKeyBlock)
-				bm := float32(math.Inf(-1))
-				j := j0
-				for ; j+4 <= j1; j += 4 {
-					dot4s(qr, kf[j*kc+kvh*d:], kc, &r4)
-					for t, v := range r4 {
-						sc := v * scale
-						s[j-j0+t] = sc
-						bm = max(bm, sc)
-					}
-				}
-				for ; j < j1; j++ {
-					sc := dot(qr, kf[j*kc+kvh*d:j*kc+(kvh+1)*d]) * scale
-					s[j-j0] = sc
-					bm = max(bm, sc)
-				}
-				if bm > m {
-					corr := float32(math.Exp(float64(m - bm)))
-					l *= corr
-					for t := range acc {
-						acc[t] *= corr
-					}
-					m = bm
-				}
-				for j := j0; j < j1; j++ {
-					p := float32(math.Exp(float64(s[j-j0] - m)))
-					l += p
-					axpy(acc, vf[j*vc+kvh*d:j*vc+(kvh+1)*d], p)
-				}
-			}
-			o := out[i*qc+h*d : i*qc+(h+1)*d]
-			inv := 1 / l
-			for t := range o {
-				o[t] = acc[t] * inv
-			}
+			st.row(qf[i*qc+h0*d:i*qc+(h0+pair)*d], kf[kvh*d:], vf[kvh*d:], kc, i+1, scale)
+			st.write(out[i*qc+h0*d : i*qc+(h0+pair)*d])
 		}
 	})
 	return newAct(out, L, qc), nil
+}
+
+// attnState is one worker's online-softmax state for one or two heads.
+type attnState struct {
+	d, nh int
+	s     [2][]float32 // scores of the current key block, per head
+	acc   [2][]float32 // Σ p·v, per head
+	m, l  [2]float32   // running max and sum, per head
+}
+
+func (st *attnState) init(d, nh int) {
+	st.d, st.nh = d, nh
+	for h := 0; h < nh; h++ {
+		st.s[h] = make([]float32, attnKeyBlock)
+		st.acc[h] = make([]float32, d)
+	}
+}
+
+// row attends the query row(s) q (nh heads of d values, adjacent) over keys
+// 0..n-1: k and v start at the kv head's first value, rows stride apart.
+func (st *attnState) row(q, k, v []float32, stride, n int, scale float32) {
+	d, nh := st.d, st.nh
+	for h := 0; h < nh; h++ {
+		st.m[h] = float32(math.Inf(-1))
+		st.l[h] = 0
+		clear(st.acc[h])
+	}
+	var r8 [8]float32
+	var r4 [4]float32
+	for j0 := 0; j0 < n; j0 += attnKeyBlock {
+		j1 := min(n, j0+attnKeyBlock)
+		j := j0
+		for ; j+4 <= j1; j += 4 {
+			if nh == 2 {
+				dot2x4(q, d, k[j*stride:], stride, d, &r8)
+				copy(st.s[0][j-j0:j-j0+4], r8[:4])
+				copy(st.s[1][j-j0:j-j0+4], r8[4:])
+			} else {
+				dot4s(q[:d], k[j*stride:], stride, &r4)
+				copy(st.s[0][j-j0:j-j0+4], r4[:])
+			}
+		}
+		for ; j < j1; j++ {
+			for h := 0; h < nh; h++ {
+				st.s[h][j-j0] = dot(q[h*d:(h+1)*d], k[j*stride:j*stride+d])
+			}
+		}
+		for h := 0; h < nh; h++ {
+			s := st.s[h][:j1-j0]
+			bm := float32(math.Inf(-1))
+			for t := range s {
+				s[t] *= scale
+				bm = max(bm, s[t])
+			}
+			if bm > st.m[h] {
+				corr := expf(st.m[h] - bm)
+				st.l[h] *= corr
+				for t := range st.acc[h] {
+					st.acc[h][t] *= corr
+				}
+				st.m[h] = bm
+			}
+			for t, sc := range s {
+				p := expf(sc - st.m[h])
+				st.l[h] += p
+				axpy(st.acc[h], v[(j0+t)*stride:(j0+t)*stride+d], p)
+			}
+		}
+	}
+}
+
+// write stores acc/l of each head into o.
+func (st *attnState) write(o []float32) {
+	for h := 0; h < st.nh; h++ {
+		inv := 1 / st.l[h]
+		for t, a := range st.acc[h] {
+			o[h*st.d+t] = a * inv
+		}
+	}
 }

@@ -23,6 +23,7 @@ func init() {
 type Backend struct {
 	threads int
 	precise bool
+	mem     arena
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -51,6 +52,7 @@ type weight struct {
 	rows int
 	cols int
 	dec  decoder
+	mlx  *mlxRows // MLX affine weights only
 }
 
 func newAct(f []float32, rows, cols int) *backend.Tensor {
@@ -90,6 +92,9 @@ func (b *Backend) Weight(t *weights.Tensor) (*backend.Tensor, error) {
 	}
 	if rows <= 0 || cols <= 0 {
 		return nil, fmt.Errorf("cpu: weight %s: bad shape %v", t.Name, t.Shape)
+	}
+	if t.Type == quant.MLXAffine4 || t.Type == quant.MLXAffine8 {
+		return b.mlxWeight(t, rows, cols)
 	}
 	dec, err := decoderFor(t)
 	if err != nil {
@@ -150,8 +155,8 @@ func (b *Backend) Free(ts ...*backend.Tensor) {
 		if t == nil {
 			continue
 		}
-		if _, ok := t.Handle.(*weight); ok {
-			continue
+		if f, ok := t.Handle.([]float32); ok {
+			b.mem.put(f)
 		}
 		t.Handle = nil
 	}
@@ -163,12 +168,12 @@ func (b *Backend) Embed(table *backend.Tensor, ids []int) (*backend.Tensor, erro
 		return nil, fmt.Errorf("cpu: Embed: nil table")
 	}
 	vocab, dim := table.Rows(), table.Cols()
-	out := make([]float32, len(ids)*dim)
 	for i, id := range ids {
 		if id < 0 || id >= vocab {
 			return nil, fmt.Errorf("cpu: Embed: token id %d at position %d is outside the vocabulary [0, %d)", id, i, vocab)
 		}
 	}
+	out := b.mem.get(len(ids) * dim)
 	switch h := table.Handle.(type) {
 	case *weight:
 		b.parallel(len(ids), 1, func(lo, hi int) {
@@ -202,7 +207,7 @@ func (b *Backend) Add(x, y *backend.Tensor) (*backend.Tensor, error) {
 	if r != r2 || c != c2 {
 		return nil, fmt.Errorf("cpu: Add: shapes [%d %d] and [%d %d] differ", r, c, r2, c2)
 	}
-	out := make([]float32, len(xf))
+	out := b.mem.get(len(xf))
 	for i := range out {
 		out[i] = xf[i] + yf[i]
 	}
@@ -222,7 +227,13 @@ func (b *Backend) AddRows(x *backend.Tensor, rows []int, y *backend.Tensor) (*ba
 	if yc != c || yr != len(rows) {
 		return nil, fmt.Errorf("cpu: AddRows: y [%d %d] does not fit %d rows of %d", yr, yc, len(rows), c)
 	}
-	out := append([]float32(nil), xf...)
+	for _, row := range rows {
+		if row < 0 || row >= r {
+			return nil, fmt.Errorf("cpu: AddRows: row %d outside [0, %d)", row, r)
+		}
+	}
+	out := b.mem.get(len(xf))
+	copy(out, xf)
 	for i, row := range rows {
 		if row < 0 || row >= r {
 			return nil, fmt.Errorf("cpu: AddRows: row %d outside [0, %d)", row, r)

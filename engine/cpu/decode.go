@@ -22,6 +22,10 @@ type decoder struct {
 // decodeRow writes row r of w into dst (len cols).
 func (w *weight) decodeRow(dst []float32, r int) {
 	rb := w.dec.rowBytes
+	if w.mlx != nil {
+		w.mlx.decodeRow(dst, w.t.Data[r*rb:(r+1)*rb], r)
+		return
+	}
 	w.dec.fn(dst, w.t.Data[r*rb:(r+1)*rb])
 }
 

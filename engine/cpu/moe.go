@@ -148,7 +148,7 @@ func (b *Backend) MoE(x, ids, weights *backend.Tensor, experts []backend.Expert)
 		projs[e] = moeProj{gate, up, down, gw, uw, dw, ffn}
 		active = append(active, e)
 	}
-	out := make([]float32, L*hidden)
+	out := b.mem.zeroed(L * hidden)
 	if L*k*hidden <= moeBufferFloats {
 		err = b.moeByExpert(out, xf, L, hidden, k, id, wf, active, projs, count, start, rowOf, slotAt)
 	} else {
@@ -175,8 +175,10 @@ type moeProj struct {
 // expertFFN computes ye [n, hidden] = down(silu(gate xe) * up xe) for one
 // expert; par selects the worker-parallel matmuls.
 func (b *Backend) expertFFN(ye, xe []float32, n, hidden int, pj *moeProj, par bool) error {
-	gt := make([]float32, n*pj.ffn)
-	upv := make([]float32, n*pj.ffn)
+	gt := b.mem.get(n * pj.ffn)
+	upv := b.mem.get(n * pj.ffn)
+	defer b.mem.put(gt)
+	defer b.mem.put(upv)
 	xq, err := b.project(gt, xe, n, hidden, pj.ffn, pj.gate, pj.gw, nil, par)
 	if err != nil {
 		return err
@@ -195,9 +197,9 @@ func (b *Backend) expertFFN(ye, xe []float32, n, hidden int, pj *moeProj, par bo
 }
 
 // gather copies the rows routed to expert e into a [count[e], hidden] matrix.
-func gather(xf []float32, hidden, e int, count, start, rowOf []int) []float32 {
+func (b *Backend) gather(xf []float32, hidden, e int, count, start, rowOf []int) []float32 {
 	n := count[e]
-	xe := make([]float32, n*hidden)
+	xe := b.mem.get(n * hidden)
 	for g := 0; g < n; g++ {
 		r := rowOf[start[e]+g]
 		copy(xe[g*hidden:(g+1)*hidden], xf[r*hidden:(r+1)*hidden])
@@ -209,12 +211,14 @@ func gather(xf []float32, hidden, e int, count, start, rowOf []int) []float32 {
 // rows), keeps every expert output, then sums each row's outputs weighted
 // in ascending expert order.
 func (b *Backend) moeByExpert(out, xf []float32, L, hidden, k int, id []int32, wf []float32, active []int, projs []moeProj, count, start, rowOf, slotAt []int) error {
-	y := make([]float32, L*k*hidden) // expert outputs in gathered order
+	y := b.mem.get(L * k * hidden) // expert outputs in gathered order
+	defer b.mem.put(y)
 	var first error
 	var mu sync.Mutex
 	b.parallelDynamic(len(active), func(_, ai int) {
 		e := active[ai]
-		xe := gather(xf, hidden, e, count, start, rowOf)
+		xe := b.gather(xf, hidden, e, count, start, rowOf)
+		defer b.mem.put(xe)
 		if err := b.expertFFN(y[start[e]*hidden:(start[e]+count[e])*hidden], xe, count[e], hidden, &projs[e], false); err != nil {
 			mu.Lock()
 			first = err
@@ -252,9 +256,12 @@ func (b *Backend) moeByExpert(out, xf []float32, L, hidden, k int, id []int32, w
 func (b *Backend) moeInExpert(out, xf []float32, hidden int, active []int, projs []moeProj, count, start, rowOf []int, id []int32, wf []float32, k int) error {
 	for _, e := range active {
 		n := count[e]
-		xe := gather(xf, hidden, e, count, start, rowOf)
-		ye := make([]float32, n*hidden)
-		if err := b.expertFFN(ye, xe, n, hidden, &projs[e], true); err != nil {
+		xe := b.gather(xf, hidden, e, count, start, rowOf)
+		ye := b.mem.get(n * hidden)
+		err := b.expertFFN(ye, xe, n, hidden, &projs[e], true)
+		b.mem.put(xe)
+		if err != nil {
+			b.mem.put(ye)
 			return err
 		}
 		for g := 0; g < n; g++ {
@@ -270,6 +277,7 @@ func (b *Backend) moeInExpert(out, xf []float32, hidden int, active []int, projs
 				o[t] += v * w
 			}
 		}
+		b.mem.put(ye)
 	}
 	return nil
 }

@@ -29,7 +29,9 @@ const (
 //     when present, is opened alongside and its tensors keep their torch names
 //     (memory_projection.weight, layers.0.linear1.weight, ...): they never
 //     collide with thinker.* names.
-//   - an MLX directory (config.json with a "quantization" entry): see openMLX.
+//   - an MLX directory (config.json with a "quantization" entry): packed
+//     weight/scales/biases become MLXAffine4/8 tensors under canonical names,
+//     stacked switch_mlp experts become per-expert views (see mlx.go).
 //   - a single .safetensors file: its tensors under their stored names.
 //   - a .gguf file: llama.cpp names mapped back to canonical names; a companion
 //     FILE.head.gguf next to FILE.gguf (written by clef quantize) is opened too.

@@ -54,7 +54,7 @@ type Param struct {
 	Name  string
 }
 
-// Kernel is one `kernel void` entry point.
+// Kernel is one MSL entry point (a kernel-qualified function).
 type Kernel struct {
 	Name   string
 	Params []Param
@@ -85,7 +85,7 @@ var builtins = map[string]bool{
 	"simdgroups_per_threadgroup":     true,
 }
 
-// KernelNames lists the names of every `kernel void` function in src, in
+// KernelNames lists the names of every entry point in src, in
 // source order. It is what "N kernels" counts.
 func KernelNames(src []byte) []string {
 	var names []string
@@ -183,7 +183,7 @@ func Lint(file string, src []byte) []error {
 		{regexp.MustCompile(`\b\d+(\.\d*)?h\b`), "half literal suffix h: write half(1.0f)"},
 		{regexp.MustCompile(`\bthread_elements\s*\(`), "thread_elements(): per-lane fragment layout is not emulated"},
 		{regexp.MustCompile(`\)\s*(threadgroup|device|constant)\s*(const\s*)?\{`), "address-space-qualified member function"},
-		{regexp.MustCompile(`\[\[\s*host_name`), "template host_name instantiation: write each kernel as `kernel void name(...)`"},
+		{regexp.MustCompile(`\[\[\s*host_name`), "template host_name instantiation: write each entry point as a plain non-template function"},
 		{regexp.MustCompile(`\b(u?long|half|float|int)[234]?x[234]\b`), "matrix types (float4x4, half4x4) are not emulated"},
 		{regexp.MustCompile(`\bis_function_constant_defined\b`), "is_function_constant_defined is not emulated"},
 		{regexp.MustCompile(`\b(bfloat[234]?|simdgroup_bfloat8x8)\b`), "bfloat needs MSL 3.1: decode bf16 bits with as_type<float>(uint(bits) << 16)"},
@@ -277,7 +277,7 @@ func run(dir string, name string, args ...string) error {
 	return nil
 }
 
-var cflags = []string{"-std=c++17", "-O1", "-w", "-fno-strict-aliasing", "-ffp-contract=off", "-U_FORTIFY_SOURCE", "-D_FORTIFY_SOURCE=0"}
+var cflags = []string{"-std=c++17", "-O2", "-w", "-fno-strict-aliasing", "-ffp-contract=off", "-U_FORTIFY_SOURCE", "-D_FORTIFY_SOURCE=0"}
 
 // Build compiles metalFile (whose includes resolve against its own directory)
 // into a harness binary under work, a scratch directory shared by every

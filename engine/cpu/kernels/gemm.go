@@ -86,6 +86,10 @@ func QuantizeActivations(typ quant.Type, x []float32, m, k int, dst []byte) erro
 	return nil
 }
 
+// Accelerated names the kernel set in use: "avx2", "neon-sdot" or
+// "generic" (-tags purego, or a CPU without the needed features).
+func Accelerated() string { return accelerated }
+
 // ActivationRowBytes returns the bytes of one row of k activations quantized
 // for weight type typ.
 func ActivationRowBytes(typ quant.Type, k int) (int, error) {

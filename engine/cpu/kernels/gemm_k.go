@@ -106,36 +106,3 @@ func kDot4Generic(tile []byte, nb int, x []byte, r *[4]float32) {
 		r[row] = sum
 	}
 }
-
-// gemmFloat is the GEMM of the float formats: rows are widened to float32
-// once and dotted in float32 with four accumulators.
-func gemmFloat(typ quant.Type, w []byte, wRow, n, k int, xq []byte, xRow, m int, out []float32, ldOut int) {
-	f, _ := quant.FormatOf(typ)
-	xf := make([]float32, m*k)
-	for i := 0; i < m; i++ {
-		f.Dequantize(xf[i*k:(i+1)*k], xq[i*xRow:(i+1)*xRow])
-	}
-	wf := make([]float32, k)
-	for j := 0; j < n; j++ {
-		f.Dequantize(wf, w[j*wRow:(j+1)*wRow])
-		for i := 0; i < m; i++ {
-			out[i*ldOut+j] = dotF32(wf, xf[i*k:(i+1)*k])
-		}
-	}
-}
-
-// dotF32 is a float32 dot product with four partial sums.
-func dotF32(a, b []float32) float32 {
-	var s0, s1, s2, s3 float32
-	i := 0
-	for ; i+4 <= len(a); i += 4 {
-		s0 += a[i] * b[i]
-		s1 += a[i+1] * b[i+1]
-		s2 += a[i+2] * b[i+2]
-		s3 += a[i+3] * b[i+3]
-	}
-	for ; i < len(a); i++ {
-		s0 += a[i] * b[i]
-	}
-	return (s0 + s1) + (s2 + s3)
-}

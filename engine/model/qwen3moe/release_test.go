@@ -10,8 +10,8 @@ import (
 
 	"github.com/clefrt/clef/engine/backend"
 	"github.com/clefrt/clef/engine/cpu"
-	"github.com/clefrt/clef/internal/npy"
 	"github.com/clefrt/clef/engine/weights"
+	"github.com/clefrt/clef/internal/npy"
 )
 
 const tinyDir = "../../../testdata/clef-tiny/"

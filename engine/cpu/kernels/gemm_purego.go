@@ -1,12 +1,15 @@
-//go:build !amd64 || purego
+//go:build !(amd64 || arm64) || purego
 
 package kernels
+
+// Without assembly every kernel is its generic twin.
+
+const accelerated = "generic"
 
 func dotQ8_0x4(w []byte, stride int, x []byte, nb int, r *[4]float32) {
 	dotQ8_0x4Generic(w, stride, x, nb, r)
 }
 
-// accelerated names the fast kernels in use.
-const accelerated = "generic"
-
 func kDot4(tile []byte, nb int, x []byte, r *[4]float32) { kDot4Generic(tile, nb, x, r) }
+
+func dotF32x4(w []float32, k int, x []float32, r *[4]float32) { dotF32x4Generic(w, k, x, r) }

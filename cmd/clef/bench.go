@@ -1,0 +1,398 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/clefrt/clef/bench"
+	"github.com/clefrt/clef/engine"
+	"github.com/clefrt/clef/engine/convert"
+	"github.com/clefrt/clef/engine/record"
+	"github.com/clefrt/clef/engine/tinymodel"
+	"github.com/clefrt/clef/engine/tokenizer"
+	"github.com/clefrt/clef/quant"
+)
+
+// benchFlags are clef bench's flags.
+type benchFlags struct {
+	models, url, token, tokenizer string
+	states, questions, options    string
+	records                       int
+	seed                          uint64
+	scenarios                     string
+	reps, warmup                  int
+	out                           string
+	backend                       string
+	threads, maxLength            int
+	reference                     string
+	quants, work                  string
+	synthetic                     string
+	layers                        int
+	kernels                       bool
+	kernelTime                    time.Duration
+}
+
+func init() {
+	var f benchFlags
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure per-schema latency across quantizations, their agreement, and the kernels' roofline",
+		Long: `bench runs deterministic synthetic records (grouped by state length, number
+of questions and options; each record's token count is fixed before running)
+and/or your own requests (--scenarios FILE.jsonl) on one or more models, in
+process or against a daemon (--url), with warm-up and repetitions. It reports
+per model and scenario p50/p95/p99 latency, tokens/s, time per stage, load
+time and peak RSS, and each model's agreement with the most precise one
+(top-1 agreement, mean total variation, max |dp|, mean KL, per question type).
+
+--out DIR writes report.json (fields documented in bench/README.md),
+report.md, latency.svg, agreement.svg and bench.txt (benchstat lines).
+
+Without --models the embedded tiny model runs. --quants q8_0,q4_k_m first
+quantizes the first model with clef quantize into --work DIR and runs the
+results too. --synthetic-real-shape DIR writes (once) a 4-layer model with
+the real layer shapes into DIR and benchmarks it and its --quants variants.
+
+States: 256, 1k (1024), 4k, 16k tokens, or 64k (fills --max-length).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runBench(cmd, &f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.models, "models", "", "comma-separated models (PATH or NAME=PATH): release/MLX directories or GGUFs from clef quantize (default: the embedded tiny model)")
+	fl.StringVar(&f.url, "url", "", "benchmark a running daemon at this base URL instead (POST /v1/systemone)")
+	fl.StringVar(&f.token, "token", "", "bearer token for --url")
+	fl.StringVar(&f.tokenizer, "tokenizer", "", "tokenizer.json (or a release directory) that builds the records for --url (default: the first --models directory, else the embedded tiny model's)")
+	fl.StringVar(&f.states, "states", "256", "state lengths in tokens: 256,1k,4k,16k,64k")
+	fl.StringVar(&f.questions, "questions", "1,8", "questions per record: 1,8,64")
+	fl.StringVar(&f.options, "options", "4", "options per choice question (2..255; scores get min(n,10) levels, nouls 2)")
+	fl.IntVar(&f.records, "records", 1, "different records per scenario")
+	fl.Uint64Var(&f.seed, "seed", 1, "seed of the synthetic records")
+	fl.StringVar(&f.scenarios, "scenarios", "", "JSONL of SystemOne requests to run too (alone unless grid flags are also given)")
+	fl.IntVar(&f.reps, "reps", 3, "measured runs of every record")
+	fl.IntVar(&f.warmup, "warmup", 1, "warm-up runs of every record")
+	fl.StringVar(&f.out, "out", "", "write report.json, report.md, plots and bench.txt into DIR")
+	fl.StringVar(&f.backend, "backend", "", "compute backend (cpu, metal); default: the best available")
+	fl.IntVar(&f.threads, "threads", 0, "CPU threads (0: all cores)")
+	fl.IntVar(&f.maxLength, "max-length", engine.DefaultMaxLength, "token budget of a record (64k states fill it)")
+	fl.StringVar(&f.reference, "reference", "", "model name the others are compared with (default: the most precise)")
+	fl.StringVar(&f.quants, "quants", "", "also quantize the first model to these types ("+strings.Join(fileTypeNames(), ",")+") and run them")
+	fl.StringVar(&f.work, "work", "", "directory for --quants outputs (default: a temporary one; kept when given, and reused)")
+	fl.StringVar(&f.synthetic, "synthetic-real-shape", "", "write (if missing) a real-shape synthetic model into DIR and benchmark it")
+	fl.IntVar(&f.layers, "layers", 4, "layers of the --synthetic-real-shape model")
+	fl.BoolVar(&f.kernels, "kernels", false, "also run the kernel microbenchmarks (see clef bench kernels)")
+	fl.DurationVar(&f.kernelTime, "kernel-time", 200*time.Millisecond, "minimum time per kernel measurement")
+	cmd.AddCommand(benchSynthCmd(), benchKernelsCmd())
+	rootCmd.AddCommand(cmd)
+}
+
+func fileTypeNames() []string {
+	names := make([]string, len(convert.FileTypes))
+	for i, t := range convert.FileTypes {
+		names[i] = t.Name
+	}
+	return names
+}
+
+func runBench(cmd *cobra.Command, f *benchFlags) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
+	usage := func(err error) error { return &exitError{2, err} }
+
+	states, err := bench.ParseStates(f.states)
+	if err != nil {
+		return usage(err)
+	}
+	qs, err := bench.ParseInts("questions", f.questions, 1, bench.MaxQuestions)
+	if err != nil {
+		return usage(err)
+	}
+	opts, err := bench.ParseInts("options", f.options, bench.MinOptions, bench.MaxOptions)
+	if err != nil {
+		return usage(err)
+	}
+	if f.records < 1 || f.records > 1000 {
+		return usage(fmt.Errorf("--records must be 1..1000, got %d", f.records))
+	}
+	if f.maxLength <= 0 {
+		return usage(fmt.Errorf("--max-length must be positive, got %d", f.maxLength))
+	}
+	if f.reps < 1 || f.warmup < 0 {
+		return usage(fmt.Errorf("--reps must be at least 1 and --warmup at least 0 (got %d, %d)", f.reps, f.warmup))
+	}
+	if f.url != "" && (f.quants != "" || f.synthetic != "") {
+		return usage(fmt.Errorf("--url benchmarks a running daemon: --quants and --synthetic-real-shape do not apply"))
+	}
+	grid := f.scenarios == "" || cmd.Flags().Changed("states") || cmd.Flags().Changed("questions") || cmd.Flags().Changed("options")
+
+	var cleanups []func()
+	defer func() {
+		for i := len(cleanups) - 1; i >= 0; i-- {
+			cleanups[i]()
+		}
+	}()
+	models := bench.ParseModels(f.models)
+	if f.synthetic != "" {
+		if len(models) > 0 {
+			return usage(fmt.Errorf("--synthetic-real-shape and --models do not go together"))
+		}
+		if err := ensureSynthetic(f.synthetic, f.layers, errOut); err != nil {
+			return err
+		}
+		models = []bench.ModelSpec{{Name: "bf16", Path: f.synthetic}}
+		if f.work == "" {
+			f.work = f.synthetic
+		}
+	}
+	if len(models) == 0 && f.url == "" {
+		dir, cleanup, err := tinymodel.WriteDir()
+		if err != nil {
+			return err
+		}
+		cleanups = append(cleanups, cleanup)
+		models = []bench.ModelSpec{{Name: "tiny", Path: dir}}
+		fmt.Fprintln(errOut, "clef: note:", tinymodel.Warning)
+	}
+	if f.quants != "" {
+		work := f.work
+		if work == "" {
+			dir, err := os.MkdirTemp("", "clef-bench-")
+			if err != nil {
+				return err
+			}
+			cleanups = append(cleanups, func() { os.RemoveAll(dir) })
+			work = dir
+		}
+		more, err := quantizeModels(models[0], f.quants, work, f.threads, errOut)
+		if err != nil {
+			return err
+		}
+		models = append(models, more...)
+	}
+
+	var tok record.Tokenizer
+	if f.url != "" {
+		t, err := benchTokenizer(f.tokenizer, models)
+		if err != nil {
+			return err
+		}
+		tok = t
+	}
+	build := func(tok record.Tokenizer) ([]*bench.Scenario, []bench.Skipped, error) {
+		var all []*bench.Scenario
+		var skipped []bench.Skipped
+		if grid {
+			s, sk, err := bench.Build(tok, bench.Grid{States: states, Questions: qs, Options: opts, Records: f.records, Seed: f.seed}, f.maxLength)
+			if err != nil {
+				return nil, nil, err
+			}
+			all, skipped = s, sk
+		}
+		if f.scenarios != "" {
+			fh, err := os.Open(f.scenarios)
+			if err != nil {
+				return nil, nil, err
+			}
+			defer fh.Close()
+			s, err := bench.LoadJSONL(fh, tok, f.maxLength)
+			if err != nil {
+				return nil, nil, err
+			}
+			all = append(all, s...)
+		}
+		return all, skipped, nil
+	}
+	cfg := bench.Config{Models: models, URL: f.url, Token: f.token, Warmup: f.warmup, Reps: f.reps,
+		Engine:    engine.Options{Backend: f.backend, Threads: f.threads, MaxLength: f.maxLength},
+		Reference: f.reference, Log: errOut}
+	rep, err := bench.Run(ctx, cfg, tok, build)
+	if err != nil {
+		return err
+	}
+	if f.kernels {
+		k, err := bench.RunKernels(ctx, bench.KernelOptions{MinTime: f.kernelTime, Threads: f.threads, Log: errOut})
+		if err != nil {
+			return err
+		}
+		rep.Kernels = k
+	}
+	return writeBenchOutput(out, rep, f.out)
+}
+
+// writeBenchOutput writes the report into dir, or report.md to out.
+func writeBenchOutput(out io.Writer, rep *bench.Report, dir string) error {
+	if dir == "" {
+		return rep.WriteMarkdown(out)
+	}
+	paths, err := rep.WriteDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, p := range paths {
+		fmt.Fprintln(out, "wrote", p)
+	}
+	return nil
+}
+
+// benchTokenizer loads the tokenizer that builds the records sent to a
+// daemon.
+func benchTokenizer(path string, models []bench.ModelSpec) (*tokenizer.Tokenizer, error) {
+	if path == "" && len(models) > 0 {
+		if st, err := os.Stat(models[0].Path); err == nil && st.IsDir() {
+			path = models[0].Path
+		}
+	}
+	if path == "" {
+		dir, cleanup, err := tinymodel.WriteDir()
+		if err != nil {
+			return nil, err
+		}
+		defer cleanup()
+		path = dir
+	}
+	t, err := tokenizer.Load(path)
+	if err != nil {
+		return nil, fmt.Errorf("bench: --tokenizer: %w", err)
+	}
+	return t, nil
+}
+
+// quantizeModels writes src quantized to each type of list into work
+// (reusing files already there) and returns them as models.
+func quantizeModels(src bench.ModelSpec, list, work string, threads int, log io.Writer) ([]bench.ModelSpec, error) {
+	if err := os.MkdirAll(work, 0o755); err != nil {
+		return nil, err
+	}
+	var out []bench.ModelSpec
+	for _, name := range strings.Split(list, ",") {
+		name = strings.TrimSpace(name)
+		if name == "" {
+			continue
+		}
+		ft, err := convert.ParseFileType(name)
+		if err != nil {
+			return nil, &exitError{2, fmt.Errorf("--quants: %w", err)}
+		}
+		path := filepath.Join(work, "model-"+ft.Name+".gguf")
+		if _, err := os.Stat(path); err != nil {
+			fmt.Fprintf(log, "quantizing %s to %s\n", src.Path, path)
+			start := time.Now()
+			if _, err := convert.Quantize(src.Path, convert.Options{Type: ft, Out: path, Threads: threads}); err != nil {
+				return nil, fmt.Errorf("bench: quantize %s: %w", ft.Name, err)
+			}
+			fmt.Fprintf(log, "  done in %.1f s\n", time.Since(start).Seconds())
+		}
+		out = append(out, bench.ModelSpec{Name: ft.Name, Path: path})
+	}
+	return out, nil
+}
+
+// ensureSynthetic writes the real-shape synthetic model into dir unless it
+// is already there.
+func ensureSynthetic(dir string, layers int, log io.Writer) error {
+	if _, err := os.Stat(filepath.Join(dir, "model.safetensors")); err == nil {
+		return nil
+	}
+	c := bench.RealShape(layers)
+	fmt.Fprintf(log, "writing a %d-layer real-shape synthetic model (%.2f GB) into %s\n", layers, float64(c.SynthBytes())/1e9, dir)
+	return bench.WriteSynthetic(dir, c, log)
+}
+
+// benchSynthCmd is clef bench synth.
+func benchSynthCmd() *cobra.Command {
+	var out, quants, tok string
+	var layers, threads int
+	var seed uint64
+	cmd := &cobra.Command{
+		Use:   "synth --out DIR [--layers 4] [--quants q8_0,q4_k_m]",
+		Short: "Write a seeded synthetic model with the real Qwen3-Omni layer shapes (and its quantized variants)",
+		Long: `synth writes a release directory with random bf16 weights in the real
+thinker shapes (hidden 2048, 32/4 heads x 128, 128 experts top-8, expert FFN
+768, vocabulary 151936), --layers layers, and a ~120M-parameter joint head:
+about 1.5 GB per layer plus 1.7 GB. Its answers mean nothing; it exists to
+measure speed and quantization agreement. --quants writes model-TYPE.gguf
+files next to it with clef quantize.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if out == "" {
+				return &exitError{2, fmt.Errorf("synth: --out is required")}
+			}
+			if layers < 1 || layers > 48 {
+				return &exitError{2, fmt.Errorf("synth: --layers must be 1..48, got %d", layers)}
+			}
+			c := bench.RealShape(layers)
+			c.Seed, c.Tokenizer = seed, tok
+			log := cmd.ErrOrStderr()
+			fmt.Fprintf(log, "writing %.2f GB into %s\n", float64(c.SynthBytes())/1e9, out)
+			if err := bench.WriteSynthetic(out, c, log); err != nil {
+				return err
+			}
+			if quants != "" {
+				if _, err := quantizeModels(bench.ModelSpec{Path: out}, quants, out, threads, log); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&out, "out", "", "directory to write")
+	fl.IntVar(&layers, "layers", 4, "decoder layers")
+	fl.StringVar(&quants, "quants", "", "also write these quantizations ("+strings.Join(fileTypeNames(), ",")+")")
+	fl.StringVar(&tok, "tokenizer", "", "tokenizer.json to ship (default: the embedded tiny model's)")
+	fl.Uint64Var(&seed, "seed", 1, "weight seed")
+	fl.IntVar(&threads, "threads", 0, "quantization threads (0: all cores)")
+	return cmd
+}
+
+// benchKernelsCmd is clef bench kernels.
+func benchKernelsCmd() *cobra.Command {
+	var out, types string
+	var threads int
+	var minTime time.Duration
+	cmd := &cobra.Command{
+		Use:   "kernels",
+		Short: "Kernel microbenchmarks against the machine's roofline",
+		Long: `kernels measures the CPU's copy bandwidth and FMA rate once, then each
+quantized GEMM kernel (one thread) and each backend's MatMul and Attention
+(all threads), and prints achieved GB/s and GFLOP/s with their ratio to the
+peaks. A Metal backend is compared with its chip's numbers from the
+M-series table instead.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+			defer stop()
+			o := bench.KernelOptions{MinTime: minTime, Threads: threads, Log: cmd.ErrOrStderr()}
+			for _, name := range strings.Split(types, ",") {
+				if name = strings.TrimSpace(name); name == "" {
+					continue
+				}
+				t, err := quant.ParseType(name)
+				if err != nil {
+					return &exitError{2, fmt.Errorf("kernels: --types: %w", err)}
+				}
+				o.Types = append(o.Types, t)
+			}
+			k, err := bench.RunKernels(ctx, o)
+			if err != nil {
+				return err
+			}
+			rep := &bench.Report{SchemaVersion: bench.SchemaVersion, Tool: "clef bench kernels", Created: time.Now().UTC().Format(time.RFC3339), Kernels: k}
+			return writeBenchOutput(cmd.OutOrStdout(), rep, out)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&out, "out", "", "write report.json, report.md and bench.txt into DIR")
+	fl.StringVar(&types, "types", "", "GEMM weight types (default: f32,bf16,q8_0,q6_K,q5_K,q4_K,q3_K,q2_K)")
+	fl.IntVar(&threads, "threads", 0, "threads of the backend ops (0: all cores)")
+	fl.DurationVar(&minTime, "min-time", 200*time.Millisecond, "minimum time per measurement")
+	return cmd
+}

@@ -1,0 +1,14 @@
+//go:build (amd64 || arm64) && !purego
+
+package kernels
+
+import "testing"
+
+// TestGEMMGenericFallback runs the GEMM table on the generic kernels, as on
+// a CPU without the instructions the fast ones need.
+func TestGEMMGenericFallback(t *testing.T) {
+	saved := fast
+	fast = false
+	defer func() { fast = saved }()
+	gemmTable(t)
+}

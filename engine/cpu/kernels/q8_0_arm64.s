@@ -1,0 +1,89 @@
+//go:build !purego
+
+#include "textflag.h"
+
+// NEON kernels using SDOT (ARMv8.2 dot product). SDOT, SCVTF, MLA, SMULL and
+// SMLAL are not in Go's arm64 assembler: they are emitted as WORDs, each
+// with the instruction it encodes in a comment.
+
+// func dotQ8_0x4SDOT(w *byte, stride int, x *byte, nb int, r *[16]float32)
+// Four q8_0 weight rows (stride bytes apart) against one q8_0 activation
+// row; r receives four partial sums per row.
+TEXT ·dotQ8_0x4SDOT(SB), NOSPLIT, $0-40
+	MOVD w+0(FP), R0
+	MOVD stride+8(FP), R9
+	MOVD x+16(FP), R4
+	MOVD nb+24(FP), R5
+	MOVD r+32(FP), R6
+	ADD R9, R0, R1
+	ADD R9, R1, R2
+	ADD R9, R2, R3
+	VEOR V16.B16, V16.B16, V16.B16
+	VEOR V17.B16, V17.B16, V17.B16
+	VEOR V18.B16, V18.B16, V18.B16
+	VEOR V19.B16, V19.B16, V19.B16
+
+q8loop:
+	ADD $2, R4, R7
+	VLD1 (R7), [V0.B16, V1.B16]
+	MOVHU (R4), R8
+	FMOVS R8, F2
+	FCVTHS F2, F2
+	ADD $2, R0, R7
+	VLD1 (R7), [V4.B16, V5.B16]
+	VEOR V6.B16, V6.B16, V6.B16
+	WORD $0x4E809486 // SDOT V6.4S, V4.16B, V0.16B
+	WORD $0x4E8194A6 // SDOT V6.4S, V5.16B, V1.16B
+	WORD $0x4E21D8C6 // SCVTF V6.4S, V6.4S
+	MOVHU (R0), R8
+	FMOVS R8, F7
+	FCVTHS F7, F7
+	FMULS F2, F7, F7
+	VDUP V7.S[0], V7.S4
+	VFMLA V6.S4, V7.S4, V16.S4
+	ADD $34, R0, R0
+	ADD $2, R1, R7
+	VLD1 (R7), [V4.B16, V5.B16]
+	VEOR V6.B16, V6.B16, V6.B16
+	WORD $0x4E809486 // SDOT V6.4S, V4.16B, V0.16B
+	WORD $0x4E8194A6 // SDOT V6.4S, V5.16B, V1.16B
+	WORD $0x4E21D8C6 // SCVTF V6.4S, V6.4S
+	MOVHU (R1), R8
+	FMOVS R8, F7
+	FCVTHS F7, F7
+	FMULS F2, F7, F7
+	VDUP V7.S[0], V7.S4
+	VFMLA V6.S4, V7.S4, V17.S4
+	ADD $34, R1, R1
+	ADD $2, R2, R7
+	VLD1 (R7), [V4.B16, V5.B16]
+	VEOR V6.B16, V6.B16, V6.B16
+	WORD $0x4E809486 // SDOT V6.4S, V4.16B, V0.16B
+	WORD $0x4E8194A6 // SDOT V6.4S, V5.16B, V1.16B
+	WORD $0x4E21D8C6 // SCVTF V6.4S, V6.4S
+	MOVHU (R2), R8
+	FMOVS R8, F7
+	FCVTHS F7, F7
+	FMULS F2, F7, F7
+	VDUP V7.S[0], V7.S4
+	VFMLA V6.S4, V7.S4, V18.S4
+	ADD $34, R2, R2
+	ADD $2, R3, R7
+	VLD1 (R7), [V4.B16, V5.B16]
+	VEOR V6.B16, V6.B16, V6.B16
+	WORD $0x4E809486 // SDOT V6.4S, V4.16B, V0.16B
+	WORD $0x4E8194A6 // SDOT V6.4S, V5.16B, V1.16B
+	WORD $0x4E21D8C6 // SCVTF V6.4S, V6.4S
+	MOVHU (R3), R8
+	FMOVS R8, F7
+	FCVTHS F7, F7
+	FMULS F2, F7, F7
+	VDUP V7.S[0], V7.S4
+	VFMLA V6.S4, V7.S4, V19.S4
+	ADD $34, R3, R3
+	ADD $34, R4, R4
+	SUBS $1, R5, R5
+	BNE q8loop
+	VST1 [V16.S4, V17.S4, V18.S4, V19.S4], (R6)
+	RET
+

@@ -1,0 +1,329 @@
+package metal
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/clefrt/clef/engine/backend"
+	"github.com/clefrt/clef/engine/weights"
+	"github.com/clefrt/clef/quant"
+)
+
+// Peak is a chip's published or derived roofline (shaders/README.md).
+type Peak struct {
+	Chip    string
+	GBs     float64 // memory bandwidth, GB/s
+	TFLOPs  float64 // FP32 = FP16 shader TFLOP/s
+	Derived bool    // estimated from clocks, ±10%
+}
+
+// peaks lists the top GPU bin of each chip, longest names first so that
+// "M4 Max" matches before "M4".
+var peaks = []Peak{
+	{"M1 Ultra", 800, 21.2, false}, {"M2 Ultra", 800, 27.2, false}, {"M3 Ultra", 819, 30, true},
+	{"M1 Max", 400, 10.6, false}, {"M2 Max", 400, 13.6, false}, {"M3 Max", 400, 15.4, true}, {"M4 Max", 546, 17.5, true}, {"M5 Max", 614, 17.5, true},
+	{"M1 Pro", 200, 5.3, false}, {"M2 Pro", 200, 6.8, false}, {"M3 Pro", 150, 6.9, true}, {"M4 Pro", 273, 8.5, true},
+	{"M1", 68.25, 2.6, false}, {"M2", 100, 3.6, false}, {"M3", 100, 3.8, true}, {"M4", 120, 4.0, true}, {"M5", 153, 4.0, true},
+}
+
+// PeakOf returns the roofline of the chip a device name describes.
+func PeakOf(device string) (Peak, bool) {
+	for _, p := range peaks {
+		if strings.Contains(device, p.Chip) {
+			return p, true
+		}
+	}
+	return Peak{}, false
+}
+
+// SelfTestOptions configure SelfTest.
+type SelfTestOptions struct {
+	// Timed reports GB/s and TFLOP/s per op (meaningful on a real GPU only).
+	Timed bool
+	// Device names the GPU for the peak table ("" if none).
+	Device string
+}
+
+// check is one op run on both backends.
+type check struct {
+	name         string
+	bytes, flops float64 // moved and done by the op (for the roofline)
+	tol          float64 // NMSE bound
+	run          func(b backend.Backend) (*backend.Tensor, error)
+}
+
+// SelfTest runs every op of b (the GPU backend) and ref (the CPU backend) on
+// the same random inputs, prints the max abs error and NMSE of each, and
+// (Timed) the achieved GB/s and TFLOP/s next to the chip's peak. It returns
+// the number of failed checks.
+func SelfTest(ctx context.Context, w io.Writer, b, ref backend.Backend, opts SelfTestOptions) (int, error) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	randn := func(n int, scale float64) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(rng.NormFloat64() * scale)
+		}
+		return v
+	}
+	weight := func(typ quant.Type, rows, cols int) *weights.Tensor {
+		v := randn(rows*cols, 1/math.Sqrt(float64(cols)))
+		rb, err := quant.RowBytes(typ, cols)
+		if err != nil {
+			panic(err)
+		}
+		data := make([]byte, rows*rb)
+		for r := 0; r < rows; r++ {
+			if err := quant.Quantize(typ, data[r*rb:(r+1)*rb], v[r*cols:(r+1)*cols], nil); err != nil {
+				panic(err)
+			}
+		}
+		return &weights.Tensor{Name: "selftest." + typ.String(), Type: typ, Shape: []int{rows, cols}, Data: data}
+	}
+	peak, havePeak := PeakOf(opts.Device)
+	var checks []check
+
+	// Mat-vec (4 tokens: bandwidth-bound) and mat-mat (prefill tiles) per format.
+	for _, typ := range []quant.Type{quant.F32, quant.F16, quant.BF16, quant.Q8_0, quant.Q6_K, quant.Q5_K, quant.Q4_K, quant.Q3_K, quant.Q2_K, quant.Q5_1, quant.Q5_0, quant.Q4_1, quant.Q4_0} {
+		for _, tokens := range []int{4, 67} {
+			n, k := 512, 1024
+			if opts.Timed {
+				n, k = 4096, 4096
+				if tokens > 8 {
+					tokens = 512
+				}
+			}
+			wt := weight(typ, n, k)
+			x := randn(tokens*k, 1)
+			kind := "mul_mv"
+			if tokens > mvMaxTokens {
+				kind = "mul_mm"
+			}
+			tol := 5e-4
+			if typ == quant.F32 {
+				tol = 1e-9
+			} else if typ == quant.F16 || typ == quant.BF16 {
+				tol = 1e-6
+			}
+			checks = append(checks, check{
+				name:  fmt.Sprintf("%s_%v %dx%dx%d", kind, typ, tokens, n, k),
+				bytes: float64(len(wt.Data) + 4*len(x) + 4*tokens*n), flops: 2 * float64(tokens*n*k), tol: tol,
+				run: func(be backend.Backend) (*backend.Tensor, error) {
+					wb, err := be.Weight(wt)
+					if err != nil {
+						return nil, err
+					}
+					xb, err := be.Upload(x, tokens, k)
+					if err != nil {
+						return nil, err
+					}
+					return be.MatMul(xb, wb)
+				}})
+		}
+	}
+	L, hidden := 67, 256
+	if opts.Timed {
+		L, hidden = 1024, 2048
+	}
+	xs := randn(L*hidden, 1)
+	normW := randn(hidden, 0.1)
+	for i := range normW {
+		normW[i]++
+	}
+	normT := &weights.Tensor{Name: "selftest.norm", Type: quant.F32, Shape: []int{hidden}, Data: f32Bytes(normW)}
+	checks = append(checks, check{name: fmt.Sprintf("rms_norm %dx%d", L, hidden), bytes: float64(8 * L * hidden), flops: float64(3 * L * hidden), tol: 1e-8,
+		run: func(be backend.Backend) (*backend.Tensor, error) {
+			x, err := be.Upload(xs, L, hidden)
+			if err != nil {
+				return nil, err
+			}
+			nw, err := be.Weight(normT)
+			if err != nil {
+				return nil, err
+			}
+			return be.RMSNorm(x, nw, 1e-6)
+		}})
+	emb := weight(quant.Q4_K, 1000, hidden)
+	ids := make([]int, L)
+	for i := range ids {
+		ids[i] = rng.IntN(1000)
+	}
+	checks = append(checks, check{name: fmt.Sprintf("get_rows_q4_K %d rows", L), bytes: float64(L * hidden * 4), tol: 1e-10,
+		run: func(be backend.Backend) (*backend.Tensor, error) {
+			t, err := be.Weight(emb)
+			if err != nil {
+				return nil, err
+			}
+			return be.Embed(t, ids)
+		}})
+	const nh, nkv, hd = 32, 4, 128
+	q, kk, vv := randn(L*nh*hd, 1), randn(L*nkv*hd, 1), randn(L*nkv*hd, 1)
+	pos := make([][3]int, L)
+	for i := range pos {
+		pos[i] = [3]int{i, i + i%7, i + i%5}
+	}
+	rope := backend.RoPE{HeadDim: hd, Theta: 1e6, Sections: [3]int{24, 20, 20}, Interleaved: true}
+	checks = append(checks, check{name: fmt.Sprintf("rope_f32 M-RoPE %dx%dx%d", L, nh, hd), bytes: float64(8 * L * nh * hd), flops: float64(6 * L * nh * hd), tol: 1e-7,
+		run: func(be backend.Backend) (*backend.Tensor, error) {
+			x, err := be.Upload(q, L, nh*hd)
+			if err != nil {
+				return nil, err
+			}
+			return be.RoPE(x, pos, rope)
+		}})
+	checks = append(checks, check{name: fmt.Sprintf("flash_attn_f32 causal L=%d %d/%d heads d=%d", L, nh, nkv, hd),
+		bytes: float64(4 * (2*L*nh*hd + 2*L*nkv*hd)), flops: 4 * float64(L) * float64(L) / 2 * hd * nh, tol: 1e-8,
+		run: func(be backend.Backend) (*backend.Tensor, error) {
+			qt, err := be.Upload(q, L, nh*hd)
+			if err != nil {
+				return nil, err
+			}
+			kt, err := be.Upload(kk, L, nkv*hd)
+			if err != nil {
+				return nil, err
+			}
+			vt, err := be.Upload(vv, L, nkv*hd)
+			if err != nil {
+				return nil, err
+			}
+			return be.Attention(qt, kt, vt, nh, nkv, float32(1/math.Sqrt(hd)))
+		}})
+	const E, topk = 16, 4
+	ffn := 256
+	logits := make([]float32, L*E)
+	for r := 0; r < L; r++ {
+		for e, p := range rng.Perm(E) {
+			logits[r*E+e] = float32(p)*0.05 - 0.4
+		}
+	}
+	experts := make([][3]*weights.Tensor, E)
+	for e := range experts {
+		experts[e] = [3]*weights.Tensor{weight(quant.Q4_K, ffn, hidden), weight(quant.Q4_K, ffn, hidden), weight(quant.Q6_K, hidden, ffn)}
+	}
+	checks = append(checks, check{name: fmt.Sprintf("moe (route, map, mul_mm_id q4_K/q6_K, combine) L=%d E=%d k=%d", L, E, topk),
+		// The CPU oracle quantizes activations to 8 bits for block formats
+		// (5e-4 NMSE per matmul in the conformance suite); the MoE chains
+		// three such matmuls through SiLU·up, so its bound is 4x that.
+		flops: 6 * float64(L*topk*ffn*hidden), tol: 2e-3,
+		run: func(be backend.Backend) (*backend.Tensor, error) {
+			lt, err := be.Upload(logits, L, E)
+			if err != nil {
+				return nil, err
+			}
+			idt, wt, err := be.Route(lt, topk, true)
+			if err != nil {
+				return nil, err
+			}
+			x, err := be.Upload(xs, L, hidden)
+			if err != nil {
+				return nil, err
+			}
+			ex := make([]backend.Expert, E)
+			for e := range ex {
+				var ts [3]*backend.Tensor
+				for i := range ts {
+					if ts[i], err = be.Weight(experts[e][i]); err != nil {
+						return nil, err
+					}
+				}
+				ex[e] = backend.Expert{Gate: ts[0], Up: ts[1], Down: ts[2]}
+			}
+			return be.MoE(x, idt, wt, ex)
+		}})
+
+	if havePeak && opts.Timed {
+		fmt.Fprintf(w, "peak of %s: %.0f GB/s, %.1f TFLOP/s%s\n", peak.Chip, peak.GBs, peak.TFLOPs, map[bool]string{true: " (derived, ±10%)", false: ""}[peak.Derived])
+	}
+	failed := 0
+	for _, c := range checks {
+		want, err := runRead(ctx, ref, c.run)
+		if err != nil {
+			fmt.Fprintf(w, "SKIP %-58s reference: %v\n", c.name, err)
+			continue
+		}
+		var got []float32
+		var dt time.Duration
+		if opts.Timed {
+			if _, err := runRead(ctx, b, c.run); err != nil { // warm-up: pipelines, residency
+				fmt.Fprintf(w, "FAIL %-58s %v\n", c.name, err)
+				failed++
+				continue
+			}
+		}
+		start := time.Now()
+		got, err = runRead(ctx, b, c.run)
+		dt = time.Since(start)
+		if err != nil {
+			fmt.Fprintf(w, "FAIL %-58s %v\n", c.name, err)
+			failed++
+			continue
+		}
+		maxErr, nmse := compare(got, want)
+		status := "ok  "
+		if !(nmse <= c.tol) {
+			status = "FAIL"
+			failed++
+		}
+		line := fmt.Sprintf("%s %-58s max|err| %.2e  nmse %.2e (<= %.0e)", status, c.name, maxErr, nmse, c.tol)
+		if opts.Timed {
+			sec := dt.Seconds()
+			line += fmt.Sprintf("  %8.3f ms", 1e3*sec)
+			if c.bytes > 0 {
+				line += fmt.Sprintf("  %7.1f GB/s", c.bytes/sec/1e9)
+				if havePeak {
+					line += fmt.Sprintf(" (%3.0f%%)", 100*c.bytes/sec/1e9/peak.GBs)
+				}
+			}
+			if c.flops > 0 {
+				line += fmt.Sprintf("  %6.2f TFLOP/s", c.flops/sec/1e12)
+				if havePeak {
+					line += fmt.Sprintf(" (%3.0f%%)", 100*c.flops/sec/1e12/peak.TFLOPs)
+				}
+			}
+		}
+		fmt.Fprintln(w, line)
+	}
+	if opts.Timed {
+		fmt.Fprintln(w, "times are wall-clock per op including upload and one command buffer; the weight upload is a no-copy wrap")
+	}
+	return failed, nil
+}
+
+func runRead(ctx context.Context, be backend.Backend, run func(backend.Backend) (*backend.Tensor, error)) (out []float32, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v", r)
+		}
+	}()
+	t, err := run(be)
+	if err != nil {
+		return nil, err
+	}
+	defer be.Free(t)
+	return be.Read(ctx, t)
+}
+
+// compare returns the max abs error and the NMSE of got against want.
+func compare(got, want []float32) (float64, float64) {
+	if len(got) != len(want) {
+		return math.Inf(1), math.Inf(1)
+	}
+	var maxErr, num, den float64
+	for i := range got {
+		d := float64(got[i]) - float64(want[i])
+		if math.IsNaN(d) {
+			return math.NaN(), math.Inf(1)
+		}
+		maxErr = math.Max(maxErr, math.Abs(d))
+		num += d * d
+		den += float64(want[i]) * float64(want[i])
+	}
+	if den == 0 {
+		return maxErr, num
+	}
+	return maxErr, num / den
+}
