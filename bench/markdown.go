@@ -23,29 +23,10 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	b.WriteString("\n\n")
 
 	if len(r.Models) > 0 && len(r.Scenarios) > 0 {
-		b.WriteString("## Latency across quantizations (p50 ms) and agreement\n\n")
-		b.WriteString("| model | size | load s | peak RSS |")
-		for _, s := range r.Scenarios {
-			fmt.Fprintf(&b, " %s (%d tok) |", s.Name, s.InputTokens)
-		}
-		b.WriteString(" top-1 | mean TV | max \\|dp\\| | mean KL |\n|---|---:|---:|---:|")
-		b.WriteString(strings.Repeat("---:|", len(r.Scenarios)+4) + "\n")
-		for _, m := range r.Models {
-			fmt.Fprintf(&b, "| %s | %s | %.2f | %s |", m.Name, humanBytes(m.FileBytes), m.LoadSeconds, humanBytes(m.PeakRSSBytes))
-			for i := range r.Scenarios {
-				if i < len(m.Scenarios) {
-					fmt.Fprintf(&b, " %.1f |", m.Scenarios[i].Latency.P50)
-				} else {
-					b.WriteString(" – |")
-				}
-			}
-			if a := m.Agreement["all"]; a != nil {
-				fmt.Fprintf(&b, " %.3f | %.4f | %.4f | %.5f |\n", a.Top1, a.MeanTV, a.MaxAbsDP, a.MeanKL)
-			} else if m.Reference {
-				b.WriteString(" reference | | | |\n")
-			} else {
-				b.WriteString(" – | – | – | – |\n")
-			}
+		if len(r.Scenarios) <= maxInlineScenarios {
+			r.writeCombinedTable(&b)
+		} else {
+			r.writeSplitTables(&b)
 		}
 		b.WriteString("\n")
 
@@ -97,6 +78,71 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	}
 	_, err := w.Write(b.Bytes())
 	return err
+}
+
+// maxInlineScenarios is how many scenarios fit as columns of the combined
+// latency and agreement table; with more, latency gets its own table with
+// one row per scenario.
+const maxInlineScenarios = 4
+
+// agreementCells writes a model's overall agreement (or "reference").
+func agreementCells(b *bytes.Buffer, m *ModelReport) {
+	if a := m.Agreement["all"]; a != nil {
+		fmt.Fprintf(b, " %.3f | %.4f | %.4f | %.5f |\n", a.Top1, a.MeanTV, a.MaxAbsDP, a.MeanKL)
+	} else if m.Reference {
+		b.WriteString(" reference | | | |\n")
+	} else {
+		b.WriteString(" – | – | – | – |\n")
+	}
+}
+
+// writeCombinedTable writes one row per model: size, load, RSS, p50 per
+// scenario and the agreement figures.
+func (r *Report) writeCombinedTable(b *bytes.Buffer) {
+	b.WriteString("## Latency across quantizations (p50 ms) and agreement\n\n")
+	b.WriteString("| model | size | load s | peak RSS |")
+	for _, s := range r.Scenarios {
+		fmt.Fprintf(b, " %s (%d tok) |", s.Name, s.InputTokens)
+	}
+	b.WriteString(" top-1 | mean TV | max \\|dp\\| | mean KL |\n|---|---:|---:|---:|")
+	b.WriteString(strings.Repeat("---:|", len(r.Scenarios)+4) + "\n")
+	for _, m := range r.Models {
+		fmt.Fprintf(b, "| %s | %s | %.2f | %s |", m.Name, humanBytes(m.FileBytes), m.LoadSeconds, humanBytes(m.PeakRSSBytes))
+		for i := range r.Scenarios {
+			if i < len(m.Scenarios) {
+				fmt.Fprintf(b, " %.1f |", m.Scenarios[i].Latency.P50)
+			} else {
+				b.WriteString(" – |")
+			}
+		}
+		agreementCells(b, m)
+	}
+}
+
+// writeSplitTables writes the models with their agreement, then p50
+// latency with one row per scenario and one column per model.
+func (r *Report) writeSplitTables(b *bytes.Buffer) {
+	b.WriteString("## Models and agreement\n\n| model | quant | size | load s | peak RSS | top-1 | mean TV | max \\|dp\\| | mean KL |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, m := range r.Models {
+		fmt.Fprintf(b, "| %s | %s | %s | %.2f | %s |", m.Name, m.Quant, humanBytes(m.FileBytes), m.LoadSeconds, humanBytes(m.PeakRSSBytes))
+		agreementCells(b, m)
+	}
+	b.WriteString("\n## p50 latency (ms) per scenario\n\n| scenario | tokens |")
+	for _, m := range r.Models {
+		fmt.Fprintf(b, " %s |", m.Name)
+	}
+	b.WriteString("\n|---|---:|" + strings.Repeat("---:|", len(r.Models)) + "\n")
+	for i, s := range r.Scenarios {
+		fmt.Fprintf(b, "| %s | %d |", s.Name, s.InputTokens)
+		for _, m := range r.Models {
+			if i < len(m.Scenarios) {
+				fmt.Fprintf(b, " %.1f |", m.Scenarios[i].Latency.P50)
+			} else {
+				b.WriteString(" – |")
+			}
+		}
+		b.WriteString("\n")
+	}
 }
 
 // humanBytes formats a size in binary units ("–" for 0: not measured).

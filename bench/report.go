@@ -160,7 +160,7 @@ func ReadReport(data []byte) (*Report, error) {
 func (r *Report) WriteBenchfmt(w io.Writer) error {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "goos: %s\ngoarch: %s\npkg: github.com/clefrt/clef/bench\n", r.Host.GOOS, r.Host.GOARCH)
-	procs := runtime.GOMAXPROCS(0)
+	procs := max(r.Host.CPUs, 1)
 	for _, m := range r.Models {
 		for _, s := range m.Scenarios {
 			for _, l := range s.LatenciesMS {

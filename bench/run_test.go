@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -329,6 +330,36 @@ func TestReportJSONRoundTripAndFields(t *testing.T) {
 		data, _ := os.ReadFile(filepath.Join(dir, "out", svg))
 		if !bytes.HasPrefix(data, []byte("<svg")) || !bytes.Contains(data, []byte("copy")) || !bytes.HasSuffix(data, []byte("</svg>\n")) {
 			t.Errorf("%s is not a plot of the models", svg)
+		}
+	}
+}
+
+// With more scenarios than fit as columns, latency gets one row per
+// scenario and a column per model.
+func TestMarkdownSplitTables(t *testing.T) {
+	rep := &Report{SchemaVersion: SchemaVersion, Reference: "a"}
+	for _, name := range []string{"a", "b"} {
+		m := &ModelReport{Name: name, Quant: "q8_0", Reference: name == "a"}
+		if name == "b" {
+			m.Agreement = map[string]*Agreement{"all": {Questions: 6, Top1: 0.5, MeanTV: 0.25}}
+		}
+		rep.Models = append(rep.Models, m)
+	}
+	for i := 0; i < maxInlineScenarios+1; i++ {
+		name := fmt.Sprintf("s%d", i)
+		rep.Scenarios = append(rep.Scenarios, ScenarioInfo{Name: name, InputTokens: 100 * (i + 1)})
+		for k, m := range rep.Models {
+			m.Scenarios = append(m.Scenarios, &ScenarioResult{Scenario: name, Latency: Percentiles{P50: float64(10*i + k)}})
+		}
+	}
+	var b bytes.Buffer
+	if err := rep.WriteMarkdown(&b); err != nil {
+		t.Fatal(err)
+	}
+	md := b.String()
+	for _, want := range []string{"## Models and agreement", "| b | q8_0 |", "0.500 | 0.2500", "| scenario | tokens | a | b |", "| s4 | 500 | 40.0 | 41.0 |"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report.md lacks %q:\n%s", want, md)
 		}
 	}
 }

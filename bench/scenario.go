@@ -253,7 +253,8 @@ type synthQuestion struct {
 	criteria              string // JSON
 }
 
-// synthQuestions makes n questions cycling noul, choice, score: a choice has
+// synthQuestions makes n questions cycling choice, noul, score (a single
+// question is a choice, so that the option count matters): a choice has
 // opts options, a score min(opts, 10) levels, a noul its two defaults.
 func synthQuestions(n, opts int, seed uint64) []synthQuestion {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
@@ -263,10 +264,10 @@ func synthQuestions(n, opts int, seed uint64) []synthQuestion {
 		q.id = fmt.Sprintf("q%02d", i+1)
 		topic := words[rng.IntN(len(words))]
 		switch i % 3 {
-		case 0:
+		case 1:
 			q.typ = "noul"
 			q.instructions = fmt.Sprintf("Does the state say anything about the %s?", topic)
-		case 1:
+		case 0:
 			q.typ = "choice"
 			q.instructions = fmt.Sprintf("Which option best describes how the state treats the %s?", topic)
 			var b bytes.Buffer

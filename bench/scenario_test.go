@@ -15,7 +15,7 @@ const (
 	qwen3Tokenizer = "../testdata/tokenizer/qwen3/tokenizer.json"
 )
 
-func loadTok(t *testing.T, path string) *tokenizer.Tokenizer {
+func loadTok(t testing.TB, path string) *tokenizer.Tokenizer {
 	t.Helper()
 	tok, err := tokenizer.Load(path)
 	if err != nil {
@@ -137,11 +137,11 @@ func TestBuildSchemaShapeAndDeterminism(t *testing.T) {
 func TestBuildSkipsWhatCannotFit(t *testing.T) {
 	tok := loadTok(t, tinyRelease)
 	states, _ := ParseStates("256")
-	scs, skipped, err := Build(tok, Grid{States: states, Questions: []int{1, 64}, Options: []int{255}}, 2000)
+	scs, skipped, err := Build(tok, Grid{States: states, Questions: []int{1, 64}, Options: []int{255}}, 12000)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(scs) != 1 || scs[0].Questions != 1 || len(skipped) != 1 || !strings.Contains(skipped[0].Reason, "2000") {
+	if len(scs) != 1 || scs[0].Questions != 1 || len(skipped) != 1 || !strings.Contains(skipped[0].Reason, "12000") {
 		t.Fatalf("scenarios %d, skipped %v", len(scs), skipped)
 	}
 	for _, g := range []Grid{

@@ -58,10 +58,10 @@ func (r *Report) WriteAgreementSVG(w io.Writer) error {
 	p := plot{title: "agreement with " + r.Reference + " against file size", xLabel: "file size (MiB)", yLabel: "mean total variation"}
 	for _, m := range r.Models {
 		tv := 0.0
-		label := "reference"
+		label := m.Name + " (reference)"
 		if a := m.Agreement["all"]; a != nil {
 			tv = a.MeanTV
-			label = fmt.Sprintf("top-1 %.3f", a.Top1)
+			label = fmt.Sprintf("%s: top-1 %.3f", m.Name, a.Top1)
 		} else if !m.Reference {
 			continue
 		}

@@ -153,9 +153,9 @@ func (c SynthConfig) headTensors() []synthTensor {
 	norm("option_norm", w)
 	linear("residual_scorer.0", w, 4*w, true)
 	linear("residual_scorer.3", 1, w, true)
-	add("prior_logit_scale", "const", 1, 1) // [1]
-	add("joint_logit_scale", "const", 1, 1) // [1]
-	add("residual_gate", "const", 0.5, 1)   // [1]
+	add("prior_logit_scale", "const", 1) // [] (scalar)
+	add("joint_logit_scale", "const", 1) // [] (scalar)
+	add("residual_gate", "const", 0.5)   // [] (scalar)
 	return ts
 }
 
@@ -312,7 +312,8 @@ func writeSafetensors(path string, ts []synthTensor, seed uint64, log io.Writer)
 		if t.typ == quant.BF16 {
 			dtype = "BF16"
 		}
-		header[t.name] = map[string]any{"dtype": dtype, "shape": t.shape, "data_offsets": []int64{off, off + t.bytes()}}
+		shape := append([]int{}, t.shape...) // a scalar is [], not null
+		header[t.name] = map[string]any{"dtype": dtype, "shape": shape, "data_offsets": []int64{off, off + t.bytes()}}
 		off += t.bytes()
 	}
 	hj, err := json.Marshal(header)

@@ -32,6 +32,14 @@ func TestRealShapeSize(t *testing.T) {
 	if n := c.SynthBytes(); n < 6e9 || n > 8e9 {
 		t.Errorf("4-layer real-shape model is %d bytes", n)
 	}
+	s := smallSynth()
+	var listed int64
+	for _, t := range append(s.thinkerTensors(), s.headTensors()...) {
+		listed += t.bytes()
+	}
+	if s.SynthBytes() != listed {
+		t.Errorf("SynthBytes %d, the tensors hold %d", s.SynthBytes(), listed)
+	}
 }
 
 func TestSynthConfigChecks(t *testing.T) {

@@ -21,9 +21,6 @@ type Backend struct {
 	name string
 	// normCache holds float32 copies of non-f32 norm weights.
 	normCache map[*tensor]*tensor
-	// stacks caches one buffer over evenly spaced expert tensors (a GGUF
-	// *_exps tensor seen one expert at a time).
-	stacks map[*tensor]*expertStack
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -50,7 +47,7 @@ type tensor struct {
 }
 
 func newBackend(dev gpu, name string) *Backend {
-	return &Backend{dev: dev, name: name, normCache: map[*tensor]*tensor{}, stacks: map[*tensor]*expertStack{}}
+	return &Backend{dev: dev, name: name, normCache: map[*tensor]*tensor{}}
 }
 
 // Name returns the registry name.
@@ -64,6 +61,21 @@ func (b *Backend) Close() error { return b.dev.Close() }
 
 // Device describes the device the backend runs on.
 func (b *Backend) Device() string { return b.dev.Name() }
+
+// budgeter is implemented by devices with a working-set limit.
+type budgeter interface{ Budget() (int64, string) }
+
+// CheckFit reports, before any weight is bound, whether need bytes of
+// weights fit the GPU's working set (recommendedMaxWorkingSetSize), with an
+// error that says how much is needed and which smaller quantization would
+// fit. Weight enforces the same limit as tensors are bound.
+func (b *Backend) CheckFit(need int64) error {
+	if bg, ok := b.dev.(budgeter); ok {
+		budget, name := bg.Budget()
+		return CheckFit(need, budget, name)
+	}
+	return nil
+}
 
 func (b *Backend) handle(t *backend.Tensor, what string) (*tensor, error) {
 	if t == nil {
@@ -580,7 +592,12 @@ func (b *Backend) Attention(q, k, v *backend.Tensor, nHead, nKV int, scale float
 	}
 	a := KargsAttn{L: int32(qh.rows), Lk: int32(kh.rows), NHead: int32(nHead), NKV: int32(nKV), HeadDim: int32(d), Causal: 1,
 		QStride: int32(qh.cols), KStride: int32(kh.cols), VStride: int32(vh.cols), OStride: int32(qh.cols), Scale: scale}
-	err = b.run("flash_attn_f32", [3]int{groups(qh.rows, 8), nHead, 1}, [3]int{128, 1, 1}, Bytes(&a),
+	kernel, perGroup := "flash_attn_f32", 8
+	switch d {
+	case 32, 64, 128: // simdgroup-matrix version
+		kernel, perGroup = fmt.Sprintf("flash_attn_mma_d%d", d), 32
+	}
+	err = b.run(kernel, [3]int{groups(qh.rows, perGroup), nHead, 1}, [3]int{128, 1, 1}, Bytes(&a),
 		in(1, qh), in(2, kh), in(3, vh), out(4, y))
 	return wrapT(y), err
 }
@@ -690,78 +707,39 @@ func (b *Backend) Route(logits *backend.Tensor, k int, norm bool) (*backend.Tens
 	return wrapT(ids), wrapT(ws), err
 }
 
-// expertStack is one buffer view over E evenly spaced expert matrices.
-type expertStack struct {
-	t       *tensor // expert 0's handle, with buf/off covering all experts
-	stride  int     // bytes between experts
-	sStride int
-}
-
-// stackOf reports whether the experts' matrices lie evenly spaced in one
-// mapping (as a GGUF stacked tensor's views do) and if so returns one
-// buffer over all of them; otherwise nil (one launch per expert).
-func (b *Backend) stackOf(hs []*tensor) (*expertStack, error) {
-	if len(hs) < 2 || hs[0].src == nil {
-		return nil, nil
-	}
-	if s, ok := b.stacks[hs[0]]; ok {
-		return s, nil
-	}
-	base := uintptr(unsafe.Pointer(unsafe.SliceData(hs[0].src.Data)))
-	stride := uintptr(unsafe.Pointer(unsafe.SliceData(hs[1].src.Data))) - base
-	if int(stride) < len(hs[0].src.Data) || hs[0].sRowBytes != 0 {
-		b.stacks[hs[0]] = nil
-		return nil, nil
-	}
-	for i, h := range hs {
-		if h.src == nil || uintptr(unsafe.Pointer(unsafe.SliceData(h.src.Data))) != base+uintptr(i)*stride {
-			b.stacks[hs[0]] = nil
-			return nil, nil
-		}
-	}
-	span := int(stride)*(len(hs)-1) + len(hs[0].src.Data)
-	all := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(hs[0].src.Data))), span)
-	buf, off, err := b.dev.Wrap(all)
-	if err != nil {
-		return nil, err
-	}
-	t := *hs[0]
-	t.buf, t.off = buf, off
-	t.sBuf, t.sOff, t.bBuf, t.bOff = buf, off, buf, off
-	s := &expertStack{t: &t, stride: int(stride)}
-	b.stacks[hs[0]] = s
-	return s, nil
-}
-
-// moeMatmul runs y[entry] = W_e x[row(entry)] for every routed entry.
+// moeMatmul runs y[entry] = W_e x[row(entry)] for every routed entry: one
+// launch per expert, bound to that expert's own weights (checkpoint experts
+// need not be adjacent in memory), whose grid moe_grid wrote on the device
+// from the expert's token count, so an expert with no tokens launches nothing
+// and none waits for the host.
 func (b *Backend) moeMatmul(xh *tensor, ws []*tensor, y *tensor, counts, lists gbuf, L, topk int, perSlot bool) error {
 	w0 := ws[0]
 	suffix, err := kernelSuffix(w0.typ)
 	if err != nil {
 		return err
 	}
-	a := KargsMatmul{M: int32(w0.rows), N: int32(L), K: int32(w0.cols), XStride: int32(xh.cols), YStride: int32(y.cols),
-		GroupSize: int32(w0.groupSize), RowBytes: uint64(w0.rowBytes), SRowBytes: uint64(w0.sRowBytes), ScaleBF16: b2i(w0.scaleBF16),
-		NExpert: int32(len(ws)), TopK: int32(topk), XPerSlot: b2i(perSlot)}
-	stack, err := b.stackOf(ws)
+	E := len(ws)
+	grids, err := b.dev.Alloc(12 * E)
 	if err != nil {
 		return err
 	}
-	grid := [3]int{groups(L, 32), groups(w0.rows, 64), len(ws)}
-	if stack != nil {
-		a.ExpertBytes = uint64(stack.stride)
-		s := stack.t
-		return b.run("mul_mm_id_"+suffix, grid, [3]int{128, 1, 1}, Bytes(&a),
-			in(1, s), arg{Index: 2, Buf: s.sBuf, Off: s.sOff}, arg{Index: 3, Buf: s.bBuf, Off: s.bOff}, in(4, xh), out(5, y),
-			arg{Index: 6, Buf: counts}, arg{Index: 7, Buf: lists})
+	defer b.dev.Release(grids)
+	ga := KargsMoe{NExpert: int32(E), Cols: int32(groups(w0.rows, 64))}
+	if err := b.run("moe_grid", [3]int{groups(E, 32), 1, 1}, [3]int{32, 1, 1}, Bytes(&ga),
+		arg{Index: 1, Buf: counts}, arg{Index: 2, Buf: grids, Out: true}); err != nil {
+		return err
 	}
-	// One launch per expert: grid z = 1 and the expert's own buffers, with
-	// the count and list bound at that expert's offset.
-	grid[2] = 1
+	a := KargsMatmul{M: int32(w0.rows), N: int32(L), K: int32(w0.cols), XStride: int32(xh.cols), YStride: int32(y.cols),
+		GroupSize: int32(w0.groupSize), RowBytes: uint64(w0.rowBytes), SRowBytes: uint64(w0.sRowBytes), ScaleBF16: b2i(w0.scaleBF16),
+		NExpert: 1, TopK: int32(topk), XPerSlot: b2i(perSlot)}
+	args := Bytes(&a)
 	for e, w := range ws {
-		err := b.run("mul_mm_id_"+suffix, grid, [3]int{128, 1, 1}, Bytes(&a),
-			in(1, w), arg{Index: 2, Buf: w.sBuf, Off: w.sOff}, arg{Index: 3, Buf: w.bBuf, Off: w.bOff}, in(4, xh), out(5, y),
-			arg{Index: 6, Buf: counts, Off: 4 * e}, arg{Index: 7, Buf: lists, Off: 4 * e * L})
+		// The kernel reads expert tgpig.z = 0: bind this expert's count and
+		// list at its offset.
+		err := b.dev.Dispatch(&dispatch{Kernel: "mul_mm_id_" + suffix, Group: [3]int{128, 1, 1}, Args: args,
+			Indirect: &arg{Buf: grids, Off: 12 * e},
+			Bufs: []arg{in(1, w), {Index: 2, Buf: w.sBuf, Off: w.sOff}, {Index: 3, Buf: w.bBuf, Off: w.bOff}, in(4, xh), out(5, y),
+				{Index: 6, Buf: counts, Off: 4 * e}, {Index: 7, Buf: lists, Off: 4 * e * L}}})
 		if err != nil {
 			return err
 		}

@@ -398,8 +398,17 @@ func (g *metalGPU) Dispatch(d *dispatch) error {
 			}
 			g.enc.Send(selSetBuffer, mb.id, uint64(a.Off), uint64(a.Index))
 		}
-		grid := MTLSize{uint64(d.Grid[0]), uint64(d.Grid[1]), uint64(d.Grid[2])}
 		group := MTLSize{uint64(d.Group[0]), uint64(d.Group[1]), uint64(d.Group[2])}
+		if d.Indirect != nil {
+			ib, ok := d.Indirect.Buf.(*mtlBuf)
+			if !ok {
+				err = fmt.Errorf("metal: %s: indirect buffer is not a Metal buffer", d.Kernel)
+				return
+			}
+			g.enc.Send(selDispatchIndirect, ib.id, uint64(d.Indirect.Off), group)
+			return
+		}
+		grid := MTLSize{uint64(d.Grid[0]), uint64(d.Grid[1]), uint64(d.Grid[2])}
 		g.enc.Send(selDispatchThreadgroups, grid, group)
 	})
 	return err
@@ -457,6 +466,9 @@ func (g *metalGPU) Close() error {
 	g.do(func() { err = g.flush() })
 	return err
 }
+
+// Budget returns the working-set limit and the device name.
+func (g *metalGPU) Budget() (int64, string) { return int64(g.workingSet), g.name }
 
 // Info describes the device for selftest.
 func (g *metalGPU) Info() DeviceInfo {

@@ -2,6 +2,7 @@ package metal
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -118,7 +119,20 @@ func (g *emuGPU) Dispatch(d *dispatch) error {
 	if h == nil {
 		return fmt.Errorf("metal: no kernel %q", d.Kernel)
 	}
-	job := &emu.Job{Kernel: d.Kernel, Grid: d.Grid, Group: d.Group, Alias: map[int]int{}}
+	grid := d.Grid
+	if d.Indirect != nil {
+		eb, ok := d.Indirect.Buf.(*emuBuf)
+		if !ok || d.Indirect.Off < 0 || d.Indirect.Off+12 > len(eb.data) {
+			return fmt.Errorf("metal: %s: indirect grid outside its buffer", d.Kernel)
+		}
+		for i := range grid {
+			grid[i] = int(binary.LittleEndian.Uint32(eb.data[d.Indirect.Off+4*i:]))
+		}
+		if grid[0] == 0 || grid[1] == 0 || grid[2] == 0 {
+			return nil
+		}
+	}
+	job := &emu.Job{Kernel: d.Kernel, Grid: grid, Group: d.Group, Alias: map[int]int{}}
 	for _, c := range d.Consts {
 		v := []byte{byte(c.Value), byte(c.Value >> 8), byte(c.Value >> 16), byte(c.Value >> 24)}
 		if c.Bool {

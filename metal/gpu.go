@@ -28,13 +28,18 @@ type fconst struct {
 // dispatch is one kernel launch: dispatchThreadgroups(Grid, Group) of the
 // named kernel (specialised with Consts) with Args (a kargs struct) at
 // buffer(0).
+//
+// With Indirect set, the grid is read on the device from three uint32 at
+// Indirect.Off of Indirect.Buf (dispatchThreadgroupsWithIndirectBuffer), and
+// Grid is ignored; a zero dimension launches nothing.
 type dispatch struct {
-	Kernel string
-	Consts []fconst
-	Grid   [3]int
-	Group  [3]int
-	Args   []byte
-	Bufs   []arg
+	Kernel   string
+	Consts   []fconst
+	Grid     [3]int
+	Group    [3]int
+	Args     []byte
+	Bufs     []arg
+	Indirect *arg
 }
 
 // DeviceInfo describes a Metal device.

@@ -66,6 +66,7 @@ var (
 	selContents, selLength                                                             objc.SEL
 	selCommandBuffer, selComputeCommandEncoder, selSetComputePipelineState             objc.SEL
 	selSetBytes, selSetBuffer, selDispatchThreadgroups, selEndEncoding                 objc.SEL
+	selDispatchIndirect                                                                objc.SEL
 	selCommit, selWaitUntilCompleted, selStatus, selError                              objc.SEL
 	selGPUStartTime, selGPUEndTime                                                     objc.SEL
 )
@@ -114,6 +115,8 @@ func loadObjC() error {
 		selSetComputePipelineState = r("setComputePipelineState:")
 		selSetBytes, selSetBuffer = r("setBytes:length:atIndex:"), r("setBuffer:offset:atIndex:")
 		selDispatchThreadgroups, selEndEncoding = r("dispatchThreadgroups:threadsPerThreadgroup:"), r("endEncoding")
+		selDispatchIndirect = r("dispatchThreadgroupsWithIndirectBuffer:indirectBufferOffset:threadsPerThreadgroup:")
+		selDispatchIndirect = r("dispatchThreadgroupsWithIndirectBuffer:indirectBufferOffset:threadsPerThreadgroup:")
 		selCommit, selWaitUntilCompleted, selStatus, selError = r("commit"), r("waitUntilCompleted"), r("status"), r("error")
 		selGPUStartTime, selGPUEndTime = r("GPUStartTime"), r("GPUEndTime")
 	})

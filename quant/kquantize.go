@@ -232,10 +232,10 @@ func quantizeKSym(x, w []float32, qmin, qmax, smin, smax int, r *kSym) {
 }
 
 func quantizeQ2_K(dst []byte, src []float32, imatrix []float32) {
-	var wb [256]float32
+	var wb, xb [256]float32
 	var r kAffine
 	for i := 0; i < len(src)/256; i++ {
-		x := src[256*i : 256*i+256]
+		x := flushTiny(xb[:], src[256*i:256*i+256])
 		quantizeKAffine(x, weightsOf(imatrix, 256*i, 256, wb[:]), 16, 3, 15, &r)
 		b := dst[84*i : 84*i+84]
 		clear(b)
@@ -253,10 +253,10 @@ func quantizeQ2_K(dst []byte, src []float32, imatrix []float32) {
 }
 
 func quantizeQ4_K(dst []byte, src []float32, imatrix []float32) {
-	var wb [256]float32
+	var wb, xb [256]float32
 	var r kAffine
 	for i := 0; i < len(src)/256; i++ {
-		x := src[256*i : 256*i+256]
+		x := flushTiny(xb[:], src[256*i:256*i+256])
 		quantizeKAffine(x, weightsOf(imatrix, 256*i, 256, wb[:]), 32, 15, 63, &r)
 		b := dst[144*i : 144*i+144]
 		putF16(b, r.d)
@@ -274,10 +274,10 @@ func quantizeQ4_K(dst []byte, src []float32, imatrix []float32) {
 }
 
 func quantizeQ5_K(dst []byte, src []float32, imatrix []float32) {
-	var wb [256]float32
+	var wb, xb [256]float32
 	var r kAffine
 	for i := 0; i < len(src)/256; i++ {
-		x := src[256*i : 256*i+256]
+		x := flushTiny(xb[:], src[256*i:256*i+256])
 		quantizeKAffine(x, weightsOf(imatrix, 256*i, 256, wb[:]), 32, 31, 63, &r)
 		b := dst[176*i : 176*i+176]
 		putF16(b, r.d)
@@ -298,10 +298,10 @@ func quantizeQ5_K(dst []byte, src []float32, imatrix []float32) {
 }
 
 func quantizeQ3_K(dst []byte, src []float32, imatrix []float32) {
-	var wb [256]float32
+	var wb, xb [256]float32
 	var r kSym
 	for i := 0; i < len(src)/256; i++ {
-		x := src[256*i : 256*i+256]
+		x := flushTiny(xb[:], src[256*i:256*i+256])
 		quantizeKSym(x, weightsOf(imatrix, 256*i, 256, wb[:]), -4, 3, -32, 31, &r)
 		b := dst[110*i : 110*i+110]
 		clear(b)
@@ -327,10 +327,10 @@ func quantizeQ3_K(dst []byte, src []float32, imatrix []float32) {
 }
 
 func quantizeQ6_K(dst []byte, src []float32, imatrix []float32) {
-	var wb [256]float32
+	var wb, xb [256]float32
 	var r kSym
 	for i := 0; i < len(src)/256; i++ {
-		x := src[256*i : 256*i+256]
+		x := flushTiny(xb[:], src[256*i:256*i+256])
 		quantizeKSym(x, weightsOf(imatrix, 256*i, 256, wb[:]), -32, 31, -128, 127, &r)
 		b := dst[210*i : 210*i+210]
 		clear(b)

@@ -95,15 +95,14 @@ func weightsOf(imatrix []float32, off, n int, buf []float32) []float32 {
 		return w
 	}
 	off %= len(imatrix)
-	copy(w, imatrix[off:off+n])
-	return w
+	return flushTiny(w, imatrix[off:off+n])
 }
 
 func quantizeQ4_0(dst []byte, src []float32, imatrix []float32) {
-	var wb [32]float32
+	var wb, xb [32]float32
 	var q [32]int
 	for i := 0; i < len(src)/32; i++ {
-		x := src[32*i : 32*i+32]
+		x := flushTiny(xb[:], src[32*i:32*i+32])
 		w := weightsOf(imatrix, 32*i, 32, wb[:])
 		d := bestSymScale(x, w, -8, 7, q[:])
 		b := dst[18*i : 18*i+18]
@@ -115,10 +114,10 @@ func quantizeQ4_0(dst []byte, src []float32, imatrix []float32) {
 }
 
 func quantizeQ5_0(dst []byte, src []float32, imatrix []float32) {
-	var wb [32]float32
+	var wb, xb [32]float32
 	var q [32]int
 	for i := 0; i < len(src)/32; i++ {
-		x := src[32*i : 32*i+32]
+		x := flushTiny(xb[:], src[32*i:32*i+32])
 		w := weightsOf(imatrix, 32*i, 32, wb[:])
 		d := bestSymScale(x, w, -16, 15, q[:])
 		b := dst[22*i : 22*i+22]
@@ -134,10 +133,10 @@ func quantizeQ5_0(dst []byte, src []float32, imatrix []float32) {
 }
 
 func quantizeQ8_0(dst []byte, src []float32, imatrix []float32) {
-	var wb [32]float32
+	var wb, xb [32]float32
 	var q [32]int
 	for i := 0; i < len(src)/32; i++ {
-		x := src[32*i : 32*i+32]
+		x := flushTiny(xb[:], src[32*i:32*i+32])
 		w := weightsOf(imatrix, 32*i, 32, wb[:])
 		d := bestSymScale(x, w, -127, 127, q[:])
 		b := dst[34*i : 34*i+34]
@@ -194,10 +193,10 @@ func quantizeQ8Block(qs []byte, x []float32) (float32, int) {
 }
 
 func quantizeQ4_1(dst []byte, src []float32, imatrix []float32) {
-	var wb [32]float32
+	var wb, xb [32]float32
 	var q [32]int
 	for i := 0; i < len(src)/32; i++ {
-		x := src[32*i : 32*i+32]
+		x := flushTiny(xb[:], src[32*i:32*i+32])
 		w := weightsOf(imatrix, 32*i, 32, wb[:])
 		d, m := bestAffineScale(x, w, 15, false, q[:])
 		b := dst[20*i : 20*i+20]
@@ -210,10 +209,10 @@ func quantizeQ4_1(dst []byte, src []float32, imatrix []float32) {
 }
 
 func quantizeQ5_1(dst []byte, src []float32, imatrix []float32) {
-	var wb [32]float32
+	var wb, xb [32]float32
 	var q [32]int
 	for i := 0; i < len(src)/32; i++ {
-		x := src[32*i : 32*i+32]
+		x := flushTiny(xb[:], src[32*i:32*i+32])
 		w := weightsOf(imatrix, 32*i, 32, wb[:])
 		d, m := bestAffineScale(x, w, 31, false, q[:])
 		b := dst[24*i : 24*i+24]

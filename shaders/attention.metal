@@ -108,3 +108,153 @@ kernel void flash_attn_f32(constant kargs_attn &args [[buffer(0)]],
     }
   }
 }
+
+// ---- flash attention on simdgroup matrices -------------------------------
+// flash_attn_mma_d{32,64,128}: the same op for head sizes that are multiples
+// of 8, with QKᵀ and PV as 8x8 simdgroup-matrix products. A threadgroup of
+// 128 threads takes 32 queries of one head, 8 per simdgroup; K and V blocks of
+// 16 positions are staged (float) in threadgroup memory. Each simdgroup keeps
+// its Q (scaled) and O as D/8 matrices of 8x8; the rows' running max and sum
+// live in the 4 lanes of each row (lane = 4*row + quarter of the block), and
+// O's rows are rescaled by multiplying with diag(alpha). Grid (ceil(L/32),
+// n_head, 1).
+#define FM_Q 32
+#define FM_KV 16
+#define FM_DMAX 128
+
+template <int D>
+static inline void flash_attn_mma_impl(constant kargs_attn &args, device const float *q, device const float *k,
+                                       device const float *v, device float *o, threadgroup float *skv,
+                                       threadgroup float *ss_all, threadgroup float *sd_all, uint3 tgpig,
+                                       ushort tiitg, ushort tiisg, ushort sgitg) {
+  const int ND = D / 8;
+  const int h = tgpig.y;
+  const int kvh = h / (args.n_head / args.n_kv);
+  const int q0 = tgpig.x * FM_Q;
+  const int offset = args.Lk - args.L;
+  threadgroup float *ss = ss_all + sgitg * 8 * FM_KV; // this simdgroup's [8][16] scores
+  threadgroup float *sd = sd_all + sgitg * 64;        // and its diag(alpha)
+
+  // Q, pre-multiplied by the scale, staged through threadgroup memory.
+  for (int idx = tiitg; idx < FM_Q * D; idx += 128) {
+    const int r = idx / D, d = idx % D;
+    skv[r * FM_DMAX + d] = q0 + r < args.L ? q[(ulong)(q0 + r) * args.q_stride + h * D + d] * args.scale : 0.0f;
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  simdgroup_float8x8 mq[ND];
+  simdgroup_float8x8 mo[ND];
+  for (int j = 0; j < ND; j++) {
+    simdgroup_load(mq[j], skv + 8 * sgitg * FM_DMAX + 8 * j, FM_DMAX);
+    mo[j] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  }
+
+  const int r = tiisg / 4;          // this lane's query row within the simdgroup
+  const int kq = 4 * (tiisg % 4);   // and its 4 keys within a block
+  const int qi = q0 + 8 * sgitg + r;
+  const int qpos = offset + qi;
+  float m = -INFINITY, l = 0.0f;
+  int kend = args.Lk;
+  if (args.causal) {
+    kend = min(args.Lk, offset + min(q0 + FM_Q, args.L)); // no block past the last query is loaded
+  }
+  threadgroup float *sk = skv;
+  threadgroup float *sv = skv + FM_KV * FM_DMAX;
+  for (int kb = 0; kb < kend; kb += FM_KV) {
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (int idx = tiitg; idx < FM_KV * D; idx += 128) {
+      const int key = idx / D, d = idx % D;
+      const int kp = kb + key;
+      sk[key * FM_DMAX + d] = kp < args.Lk ? k[(ulong)kp * args.k_stride + kvh * D + d] : 0.0f;
+      sv[key * FM_DMAX + d] = kp < args.Lk ? v[(ulong)kp * args.v_stride + kvh * D + d] : 0.0f;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // S = Q Kᵀ: [8 queries][16 keys] as two 8x8 matrices.
+    for (int c = 0; c < 2; c++) {
+      simdgroup_float8x8 ms = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+      for (int j = 0; j < ND; j++) {
+        simdgroup_float8x8 mk;
+        simdgroup_load(mk, sk + 8 * c * FM_DMAX + 8 * j, FM_DMAX, ulong2(0, 0), true);
+        simdgroup_multiply_accumulate(ms, mq[j], mk, ms);
+      }
+      simdgroup_store(ms, ss + 8 * c, FM_KV);
+    }
+    simdgroup_barrier(mem_flags::mem_threadgroup);
+    // Online softmax over this lane's 4 keys, reduced over the row's 4 lanes.
+    float sc[4];
+    float bmax = -INFINITY;
+    for (int t = 0; t < 4; t++) {
+      const int kp = kb + kq + t;
+      const bool live = qi < args.L && kp < args.Lk && (!args.causal || kp <= qpos);
+      sc[t] = live ? ss[r * FM_KV + kq + t] : -INFINITY;
+      bmax = max(bmax, sc[t]);
+    }
+    bmax = max(bmax, simd_shuffle_xor(bmax, 1));
+    bmax = max(bmax, simd_shuffle_xor(bmax, 2));
+    const float mnew = max(m, bmax);
+    const float alpha = mnew == -INFINITY ? 1.0f : exp(m - mnew);
+    float psum = 0.0f;
+    for (int t = 0; t < 4; t++) {
+      const float p = mnew == -INFINITY ? 0.0f : exp(sc[t] - mnew);
+      ss[r * FM_KV + kq + t] = p;
+      psum += p;
+    }
+    psum += simd_shuffle_xor(psum, 1);
+    psum += simd_shuffle_xor(psum, 2);
+    l = l * alpha + psum;
+    m = mnew;
+    // diag(alpha): this lane writes elements 2*lane and 2*lane+1, both in its row.
+    for (int e = 2 * tiisg; e < 2 * tiisg + 2; e++) {
+      sd[e] = e % 8 == r ? alpha : 0.0f;
+    }
+    simdgroup_barrier(mem_flags::mem_threadgroup);
+    // O = diag(alpha) O + P V.
+    simdgroup_float8x8 md;
+    simdgroup_load(md, sd, 8);
+    simdgroup_float8x8 mp[2];
+    for (int c = 0; c < 2; c++) {
+      simdgroup_load(mp[c], ss + 8 * c, FM_KV);
+    }
+    for (int j = 0; j < ND; j++) {
+      simdgroup_multiply(mo[j], md, mo[j]);
+      for (int c = 0; c < 2; c++) {
+        simdgroup_float8x8 mv;
+        simdgroup_load(mv, sv + 8 * c * FM_DMAX + 8 * j, FM_DMAX);
+        simdgroup_multiply_accumulate(mo[j], mp[c], mv, mo[j]);
+      }
+    }
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (int j = 0; j < ND; j++) {
+    simdgroup_store(mo[j], skv + 8 * sgitg * FM_DMAX + 8 * j, FM_DMAX);
+  }
+  simdgroup_barrier(mem_flags::mem_threadgroup);
+  if (qi < args.L) {
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    for (int d = tiisg % 4; d < D; d += 4) {
+      o[(ulong)qi * args.o_stride + h * D + d] = skv[(8 * sgitg + r) * FM_DMAX + d] * inv;
+    }
+  }
+}
+
+#define FM_PARAMS                                                                                       \
+  constant kargs_attn &args [[buffer(0)]], device const float *q [[buffer(1)]],                        \
+      device const float *k [[buffer(2)]], device const float *v [[buffer(3)]], device float *o [[buffer(4)]], \
+      uint3 tgpig [[threadgroup_position_in_grid]], ushort tiitg [[thread_index_in_threadgroup]],       \
+      ushort tiisg [[thread_index_in_simdgroup]], ushort sgitg [[simdgroup_index_in_threadgroup]]
+#define FM_TG                                                                                           \
+  threadgroup float skv[2 * FM_KV * FM_DMAX];                                                           \
+  threadgroup float ss[4 * 8 * FM_KV];                                                                  \
+  threadgroup float sd[4 * 64]
+
+kernel void flash_attn_mma_d32(FM_PARAMS) {
+  FM_TG;
+  flash_attn_mma_impl<32>(args, q, k, v, o, skv, ss, sd, tgpig, tiitg, tiisg, sgitg);
+}
+kernel void flash_attn_mma_d64(FM_PARAMS) {
+  FM_TG;
+  flash_attn_mma_impl<64>(args, q, k, v, o, skv, ss, sd, tgpig, tiitg, tiisg, sgitg);
+}
+kernel void flash_attn_mma_d128(FM_PARAMS) {
+  FM_TG;
+  flash_attn_mma_impl<128>(args, q, k, v, o, skv, ss, sd, tgpig, tiitg, tiisg, sgitg);
+}

@@ -6,6 +6,7 @@
 //                    order (what mul_mm_id_* gathers) and their counts; one
 //                    thread per expert, grid ceil(n_expert/32) x 32. lists is
 //                    [n_expert][tokens].
+//   moe_grid:        per-expert indirect dispatch grids for mul_mm_id_*.
 //   moe_combine_f32: y[t] = (residual[t] +) sum_s weight[t][s] * ys[t*topk+s],
 //                    one thread per element, grid ceil(tokens*cols/256) x 256.
 #include <metal_stdlib>
@@ -93,4 +94,21 @@ kernel void moe_combine_f32(constant kargs_moe &args [[buffer(0)]],
     acc += weights[entry] * ys[(ulong)entry * args.cols + c];
   }
   y[i] = acc;
+}
+
+// moe_grid writes, for every expert, the threadgroup grid of its gathered
+// matmul (ceil(count/32) token tiles x args.cols row tiles x 1) for
+// dispatchThreadgroupsWithIndirectBuffer, so that each expert's launch covers
+// exactly the tokens routed to it without a CPU round trip. One thread per
+// expert, grid ceil(n_expert/32) x 32; grid is [n_expert][3] uint.
+kernel void moe_grid(constant kargs_moe &args [[buffer(0)]],
+                     device const int *counts [[buffer(1)]],
+                     device uint *grid [[buffer(2)]],
+                     uint e [[thread_position_in_grid]]) {
+  if ((int)e >= args.n_expert) {
+    return;
+  }
+  grid[3 * e + 0] = uint((counts[e] + 31) / 32);
+  grid[3 * e + 1] = uint(args.cols);
+  grid[3 * e + 2] = 1u;
 }

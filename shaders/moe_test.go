@@ -99,7 +99,26 @@ func moeCombineCase(t *testing.T, h *emu.Harness, rng *rand.Rand) {
 	}
 }
 
+func moeGridCase(t *testing.T, h *emu.Harness, rng *rand.Rand) {
+	E := 37
+	counts := make([]int32, E)
+	for i := range counts {
+		counts[i] = int32(rng.Intn(100))
+	}
+	counts[3], counts[4] = 0, 32
+	args := metal.KargsMoe{NExpert: int32(E), Cols: 12}
+	out := runJob(t, h, &emu.Job{Kernel: "moe_grid", Grid: [3]int{groups(E, 32), 1, 1}, Group: [3]int{32, 1, 1},
+		Buffers: []emu.Buffer{{Index: 0, Data: metal.Bytes(&args)}, {Index: 1, Data: emu.I32(counts)}, {Index: 2, Data: make([]byte, 12*E)}}})
+	g := emu.ToI32(out[2])
+	for e, c := range counts {
+		if want := [3]int32{(c + 31) / 32, 12, 1}; [3]int32{g[3*e], g[3*e+1], g[3*e+2]} != want {
+			t.Fatalf("expert %d (count %d): grid %v, want %v", e, c, g[3*e:3*e+3], want)
+		}
+	}
+}
+
 func init() {
+	register("moe_grid", moeGridCase)
 	register("moe_topk_f32", moeTopkCase)
 	register("moe_map", moeMapCase)
 	register("moe_combine_f32", moeCombineCase)

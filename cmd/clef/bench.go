@@ -89,7 +89,7 @@ States: 256, 1k (1024), 4k, 16k tokens, or 64k (fills --max-length).`,
 	fl.IntVar(&f.layers, "layers", 4, "layers of the --synthetic-real-shape model")
 	fl.BoolVar(&f.kernels, "kernels", false, "also run the kernel microbenchmarks (see clef bench kernels)")
 	fl.DurationVar(&f.kernelTime, "kernel-time", 200*time.Millisecond, "minimum time per kernel measurement")
-	cmd.AddCommand(benchSynthCmd(), benchKernelsCmd())
+	cmd.AddCommand(benchSynthCmd(), benchKernelsCmd(), benchRenderCmd())
 	rootCmd.AddCommand(cmd)
 }
 
@@ -394,5 +394,32 @@ M-series table instead.`,
 	fl.StringVar(&types, "types", "", "GEMM weight types (default: f32,bf16,q8_0,q6_K,q5_K,q4_K,q3_K,q2_K)")
 	fl.IntVar(&threads, "threads", 0, "threads of the backend ops (0: all cores)")
 	fl.DurationVar(&minTime, "min-time", 200*time.Millisecond, "minimum time per measurement")
+	return cmd
+}
+
+// benchRenderCmd is clef bench render: report.md, plots and bench.txt again
+// from a report.json.
+func benchRenderCmd() *cobra.Command {
+	var out string
+	cmd := &cobra.Command{
+		Use:   "render REPORT.json --out DIR",
+		Short: "Write report.md, the plots and bench.txt again from a report.json",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if out == "" {
+				return &exitError{2, fmt.Errorf("render: --out is required")}
+			}
+			data, err := os.ReadFile(args[0])
+			if err != nil {
+				return err
+			}
+			rep, err := bench.ReadReport(data)
+			if err != nil {
+				return err
+			}
+			return writeBenchOutput(cmd.OutOrStdout(), rep, out)
+		},
+	}
+	cmd.Flags().StringVar(&out, "out", "", "directory to write")
 	return cmd
 }

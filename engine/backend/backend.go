@@ -128,6 +128,22 @@ type Backend interface {
 	Close() error
 }
 
+// RowChunker is an optional extension of Backend (found by type assertion):
+// with it the model runs every layer over chunks of rows, so activation
+// memory is bounded by the chunk instead of the whole prompt (K and V of
+// one layer still cover every row).
+type RowChunker interface {
+	// Rows returns a view of rows [lo, hi) of an activation, sharing its
+	// storage: valid while t lives; freeing the view releases nothing.
+	Rows(t *Tensor, lo, hi int) (*Tensor, error)
+	// Concat stacks activations with the same column count.
+	Concat(ts ...*Tensor) (*Tensor, error)
+	// AttentionTail is Attention for queries that are the last Lq of Lk
+	// positions: q [Lq, nHead*headDim], k and v [Lk, nKV*headDim], Lk >= Lq;
+	// query row i attends keys 0..Lk-Lq+i.
+	AttentionTail(q, k, v *Tensor, nHead, nKV int, scale float32) (*Tensor, error)
+}
+
 // Options configure a backend when it is opened.
 type Options struct {
 	// Threads is the number of CPU worker threads; 0 means all cores.

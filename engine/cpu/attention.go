@@ -20,6 +20,15 @@ const (
 // heads that read the same kv head are scored together (a 2×4 tile of
 // heads × keys), so every key row is loaded once for both.
 func (b *Backend) Attention(q, k, v *backend.Tensor, nHead, nKV int, scale float32) (*backend.Tensor, error) {
+	if q != nil && k != nil && q.Rows() != k.Rows() {
+		return nil, fmt.Errorf("cpu: Attention: %d query rows, %d key rows", q.Rows(), k.Rows())
+	}
+	return b.AttentionTail(q, k, v, nHead, nKV, scale)
+}
+
+// AttentionTail is Attention for queries that are the last rows of the key
+// sequence (a chunk of a longer prompt): query i attends keys 0..Lk-Lq+i.
+func (b *Backend) AttentionTail(q, k, v *backend.Tensor, nHead, nKV int, scale float32) (*backend.Tensor, error) {
 	qf, L, qc, err := act(q, "Attention q")
 	if err != nil {
 		return nil, err
@@ -36,9 +45,10 @@ func (b *Backend) Attention(q, k, v *backend.Tensor, nHead, nKV int, scale float
 		return nil, fmt.Errorf("cpu: Attention: %d query heads, %d kv heads, width %d do not fit", nHead, nKV, qc)
 	}
 	d := qc / nHead
-	if kl != L || vl != L || kc != nKV*d || vc != nKV*d {
+	if kl < L || vl != kl || kc != nKV*d || vc != nKV*d {
 		return nil, fmt.Errorf("cpu: Attention: q [%d %d], k [%d %d], v [%d %d] do not fit %d/%d heads of %d", L, qc, kl, kc, vl, vc, nHead, nKV, d)
 	}
+	off := kl - L // position of query row 0
 	group := nHead / nKV
 	pair := 1
 	if group%2 == 0 {
@@ -55,7 +65,7 @@ func (b *Backend) Attention(q, k, v *backend.Tensor, nHead, nKV int, scale float
 		var st attnState
 		st.init(d, pair)
 		for i := qb * attnQueryBlock; i < min(L, (qb+1)*attnQueryBlock); i++ {
-			st.row(qf[i*qc+h0*d:i*qc+(h0+pair)*d], kf[kvh*d:], vf[kvh*d:], kc, i+1, scale)
+			st.row(qf[i*qc+h0*d:i*qc+(h0+pair)*d], kf[kvh*d:], vf[kvh*d:], kc, off+i+1, scale)
 			st.write(out[i*qc+h0*d : i*qc+(h0+pair)*d])
 		}
 	})
@@ -122,8 +132,17 @@ func (st *attnState) row(q, k, v []float32, stride, n int, scale float32) {
 				}
 				st.m[h] = bm
 			}
-			for t, sc := range s {
-				p := expf(sc - st.m[h])
+			var p4 [4]float32
+			t := 0
+			for ; t+4 <= len(s); t += 4 {
+				for u := range p4 {
+					p4[u] = expf(s[t+u] - st.m[h])
+					st.l[h] += p4[u]
+				}
+				axpy4(st.acc[h], v[(j0+t)*stride:], stride, &p4)
+			}
+			for ; t < len(s); t++ {
+				p := expf(s[t] - st.m[h])
 				st.l[h] += p
 				axpy(st.acc[h], v[(j0+t)*stride:(j0+t)*stride+d], p)
 			}

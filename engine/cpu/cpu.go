@@ -26,7 +26,13 @@ type Backend struct {
 	mem     arena
 }
 
-var _ backend.Backend = (*Backend)(nil)
+var (
+	_ backend.Backend    = (*Backend)(nil)
+	_ backend.RowChunker = (*Backend)(nil)
+)
+
+// view is the handle of a Rows view: it shares its parent's storage.
+type view []float32
 
 // New returns a CPU backend with o.Threads workers (0 or less: all cores).
 func New(o backend.Options) *Backend {
@@ -66,6 +72,9 @@ func act(t *backend.Tensor, what string) ([]float32, int, int, error) {
 		return nil, 0, 0, fmt.Errorf("cpu: %s: nil tensor", what)
 	}
 	f, ok := t.Handle.([]float32)
+	if v, isView := t.Handle.(view); isView {
+		f, ok = v, true
+	}
 	if !ok {
 		return nil, 0, 0, fmt.Errorf("cpu: %s: not a float32 activation (type %v, handle %T)", what, t.Type, t.Handle)
 	}
@@ -130,6 +139,8 @@ func (b *Backend) Read(ctx context.Context, t *backend.Tensor) ([]float32, error
 	}
 	switch h := t.Handle.(type) {
 	case []float32:
+		return append([]float32(nil), h...), nil
+	case view:
 		return append([]float32(nil), h...), nil
 	case []int32:
 		out := make([]float32, len(h))
@@ -244,4 +255,41 @@ func (b *Backend) AddRows(x *backend.Tensor, rows []int, y *backend.Tensor) (*ba
 		}
 	}
 	return newAct(out, r, c), nil
+}
+
+// Rows returns a view of rows [lo, hi) of t.
+func (b *Backend) Rows(t *backend.Tensor, lo, hi int) (*backend.Tensor, error) {
+	f, r, c, err := act(t, "Rows")
+	if err != nil {
+		return nil, err
+	}
+	if lo < 0 || hi > r || lo > hi {
+		return nil, fmt.Errorf("cpu: Rows: [%d, %d) outside %d rows", lo, hi, r)
+	}
+	return &backend.Tensor{Type: t.Type, Shape: []int{hi - lo, c}, Handle: view(f[lo*c : hi*c : hi*c])}, nil
+}
+
+// Concat stacks the rows of ts.
+func (b *Backend) Concat(ts ...*backend.Tensor) (*backend.Tensor, error) {
+	if len(ts) == 0 {
+		return nil, fmt.Errorf("cpu: Concat: no tensors")
+	}
+	rows, cols := 0, ts[0].Cols()
+	for i, t := range ts {
+		_, r, c, err := act(t, fmt.Sprintf("Concat %d", i))
+		if err != nil {
+			return nil, err
+		}
+		if c != cols {
+			return nil, fmt.Errorf("cpu: Concat: tensor %d has %d columns, want %d", i, c, cols)
+		}
+		rows += r
+	}
+	out := b.mem.get(rows * cols)
+	o := 0
+	for _, t := range ts {
+		f, _, _, _ := act(t, "Concat")
+		o += copy(out[o:], f)
+	}
+	return newAct(out, rows, cols), nil
 }

@@ -161,3 +161,42 @@ loopaxpy:
 doneaxpy:
 	VZEROUPPER
 	RET
+
+// func axpy4AVX2(y, x *float32, stride, n int, p *[4]float32)
+// y[i] += p[0]·x[i] + p[1]·x[stride+i] + p[2]·x[2·stride+i] + p[3]·x[3·stride+i]
+// for i < n, fused in that order; n is a multiple of 8.
+TEXT ·axpy4AVX2(SB), NOSPLIT, $0-40
+	MOVQ         y+0(FP), DI
+	MOVQ         x+8(FP), SI
+	MOVQ         stride+16(FP), BX
+	SHLQ         $2, BX
+	MOVQ         n+24(FP), CX
+	MOVQ         p+32(FP), DX
+	VBROADCASTSS (DX), Y0
+	VBROADCASTSS 4(DX), Y1
+	VBROADCASTSS 8(DX), Y2
+	VBROADCASTSS 12(DX), Y3
+	LEAQ         (SI)(BX*1), R8
+	LEAQ         (R8)(BX*1), R9
+	LEAQ         (R9)(BX*1), R10
+	SHRQ         $3, CX
+	JZ           doneaxpy4
+
+loopaxpy4:
+	VMOVUPS     (DI), Y4
+	VFMADD231PS (SI), Y0, Y4
+	VFMADD231PS (R8), Y1, Y4
+	VFMADD231PS (R9), Y2, Y4
+	VFMADD231PS (R10), Y3, Y4
+	VMOVUPS     Y4, (DI)
+	ADDQ        $32, DI
+	ADDQ        $32, SI
+	ADDQ        $32, R8
+	ADDQ        $32, R9
+	ADDQ        $32, R10
+	DECQ        CX
+	JNZ         loopaxpy4
+
+doneaxpy4:
+	VZEROUPPER
+	RET

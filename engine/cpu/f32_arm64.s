@@ -121,3 +121,47 @@ loopaxpy:
 
 doneaxpy:
 	RET
+
+// func axpy4NEON(y, x *float32, stride, n int, p *[4]float32)
+// y[i] += p[0]·x[i] + p[1]·x[stride+i] + p[2]·x[2·stride+i] + p[3]·x[3·stride+i]
+// for i < n, fused in that order; n is a multiple of 8.
+TEXT ·axpy4NEON(SB), NOSPLIT, $0-40
+	MOVD  y+0(FP), R0
+	MOVD  x+8(FP), R1
+	MOVD  stride+16(FP), R2
+	LSL   $2, R2, R2
+	MOVD  n+24(FP), R3
+	MOVD  p+32(FP), R4
+	VLD1R (R4), [V0.S4]
+	ADD   $4, R4
+	VLD1R (R4), [V1.S4]
+	ADD   $4, R4
+	VLD1R (R4), [V2.S4]
+	ADD   $4, R4
+	VLD1R (R4), [V3.S4]
+	ADD   R2, R1, R5
+	ADD   R2, R5, R6
+	ADD   R2, R6, R7
+	LSR   $3, R3, R3
+	CBZ   R3, doneaxpy4
+
+loopaxpy4:
+	VLD1   (R0), [V4.S4, V5.S4]
+	VLD1.P 32(R1), [V6.S4, V7.S4]
+	VFMLA  V6.S4, V0.S4, V4.S4
+	VFMLA  V7.S4, V0.S4, V5.S4
+	VLD1.P 32(R5), [V6.S4, V7.S4]
+	VFMLA  V6.S4, V1.S4, V4.S4
+	VFMLA  V7.S4, V1.S4, V5.S4
+	VLD1.P 32(R6), [V6.S4, V7.S4]
+	VFMLA  V6.S4, V2.S4, V4.S4
+	VFMLA  V7.S4, V2.S4, V5.S4
+	VLD1.P 32(R7), [V6.S4, V7.S4]
+	VFMLA  V6.S4, V3.S4, V4.S4
+	VFMLA  V7.S4, V3.S4, V5.S4
+	VST1.P [V4.S4, V5.S4], 32(R0)
+	SUBS   $1, R3, R3
+	BNE    loopaxpy4
+
+doneaxpy4:
+	RET

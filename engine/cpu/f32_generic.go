@@ -42,3 +42,14 @@ func axpyGeneric(y, x []float32, a float32) {
 		y[i] += a * x[i]
 	}
 }
+
+// axpy4Generic adds p[0]·x[i] + p[1]·x[stride+i] + p[2]·x[2·stride+i] +
+// p[3]·x[3·stride+i] to y[i] for i < len(y): four rows stride apart folded
+// into y with one pass over it.
+func axpy4Generic(y, x []float32, stride int, p *[4]float32) {
+	n := len(y)
+	a, b, c, d := x[:n], x[stride:stride+n], x[2*stride:2*stride+n], x[3*stride:3*stride+n]
+	for i := range y {
+		y[i] = y[i] + p[0]*a[i] + p[1]*b[i] + p[2]*c[i] + p[3]*d[i]
+	}
+}

@@ -72,3 +72,21 @@ func axpy(y, x []float32, a float32) {
 
 // accelerated names the float32 kernels in use.
 var accelerated = map[bool]string{true: "avx2", false: "generic"}[useAVX2]
+
+//go:noescape
+func axpy4AVX2(y, x *float32, stride, n int, p *[4]float32)
+
+// axpy4 is axpy4Generic on AVX2.
+func axpy4(y, x []float32, stride int, p *[4]float32) {
+	n := len(y)
+	h := n &^ 7
+	if !useAVX2 || h == 0 {
+		axpy4Generic(y, x, stride, p)
+		return
+	}
+	_ = x[3*stride+n-1]
+	axpy4AVX2(&y[0], &x[0], stride, h, p)
+	for i := h; i < n; i++ {
+		y[i] = y[i] + p[0]*x[i] + p[1]*x[stride+i] + p[2]*x[2*stride+i] + p[3]*x[3*stride+i]
+	}
+}

@@ -12,3 +12,5 @@ func axpy(y, x []float32, a float32) { axpyGeneric(y, x, a) }
 
 // accelerated names the float32 kernels in use.
 const accelerated = "generic"
+
+func axpy4(y, x []float32, stride int, p *[4]float32) { axpy4Generic(y, x, stride, p) }

@@ -89,6 +89,19 @@ func TestF32Kernels(t *testing.T) {
 			}
 		}
 		checkGuard(t, "axpy y", ybuf, n)
+
+		// axpy4: four x rows stride apart folded into y.
+		ybuf, y = guarded(rng, n)
+		y2 = append([]float32(nil), y...)
+		p := [4]float32{0.5, -1.25, 2, 0.125}
+		axpy4(y, w[:3*stride+n], stride, &p)
+		axpy4Generic(y2, w[:3*stride+n], stride, &p)
+		for i := range y {
+			if !close32(y[i], y2[i], scale) {
+				t.Errorf("axpy4 n=%d at %d: %v, generic %v", n, i, y[i], y2[i])
+			}
+		}
+		checkGuard(t, "axpy4 y", ybuf, n)
 	}
 }
 

@@ -64,7 +64,7 @@ var (
 	kernelRE = regexp.MustCompile(`\bkernel\s+void\s+(\w+)\s*\(`)
 	attrRE   = regexp.MustCompile(`\[\[\s*(\w+)\s*(?:\(\s*(\d+)\s*\))?\s*\]\]`)
 	fconstRE = regexp.MustCompile(`\b(\w+)\s*\[\[\s*function_constant\(\s*(\d+)\s*\)\s*\]\]`)
-	tgArrRE  = regexp.MustCompile(`(?m)(^\s*|[;{]\s*)threadgroup(\s+[\w:<>, ]+?\s+\w+\s*(\[[^\];]+\]\s*)+;)`)
+	tgArrRE  = regexp.MustCompile(`(?m)(^\s*|[;{]\s*)threadgroup(\s+[\w:<>, ]+?\s+(\w+)\s*(\[[^\];]+\]\s*)+;)`)
 	// A threadgroup variable that is not an array (and not a pointer) would
 	// become per-thread under the rewrite.
 	tgScalarRE = regexp.MustCompile(`(^|[;{])\s*threadgroup\s+[\w:<>, ]+?\s+\w+\s*(=[^=]|;|,)`)
@@ -219,13 +219,31 @@ type Harness struct {
 	stderr *bytes.Buffer
 }
 
-var (
+// workDir is one scratch directory: the shim sources are written into it
+// once and the runtime object is compiled there at most once.
+type workDir struct {
 	srcOnce sync.Once
 	srcErr  error
 	rtOnce  sync.Once
 	rtObj   string
 	rtErr   error
+}
+
+var (
+	workMu   sync.Mutex
+	workDirs = map[string]*workDir{}
 )
+
+func workFor(dir string) *workDir {
+	workMu.Lock()
+	defer workMu.Unlock()
+	w := workDirs[dir]
+	if w == nil {
+		w = &workDir{}
+		workDirs[dir] = w
+	}
+	return w
+}
 
 // writeCSrc copies the shim sources into dir.
 func writeCSrc(dir string) error {
@@ -280,12 +298,13 @@ func run(dir string, name string, args ...string) error {
 var cflags = []string{"-std=c++17", "-O2", "-w", "-fno-strict-aliasing", "-ffp-contract=off", "-U_FORTIFY_SOURCE", "-D_FORTIFY_SOURCE=0"}
 
 // Build compiles metalFile (whose includes resolve against its own directory)
-// into a harness binary under work, a scratch directory shared by every
-// Build of the process (the first one fixes it).
+// into a harness binary under work, a scratch directory that several Builds
+// may share.
 func Build(work, metalFile string) (*Harness, error) {
-	srcOnce.Do(func() { srcErr = writeCSrc(work) })
-	if srcErr != nil {
-		return nil, srcErr
+	wd := workFor(work)
+	wd.srcOnce.Do(func() { wd.srcErr = writeCSrc(work) })
+	if wd.srcErr != nil {
+		return nil, wd.srcErr
 	}
 	base := strings.TrimSuffix(filepath.Base(metalFile), ".metal")
 	abs, err := filepath.Abs(metalFile)
@@ -312,7 +331,10 @@ func Build(work, metalFile string) (*Harness, error) {
 	// Adjacent declarations share their separator, so rewrite to a fixed point.
 	body := src
 	for {
-		next := tgArrRE.ReplaceAll(body, []byte("${1}static thread_local${2}"))
+		// The first thread of each threadgroup to reach the declaration fills
+		// the array with NaN bytes: reads before writes show up in results.
+		next := tgArrRE.ReplaceAll(body, []byte("${1}static thread_local${2} static thread_local unsigned long msl_gen_${3} = 0; "+
+			"msl_rt_poison(${3}, sizeof(${3}), &msl_gen_${3});"))
 		if bytes.Equal(next, body) {
 			break
 		}
@@ -376,15 +398,15 @@ func Build(work, metalFile string) (*Harness, error) {
 			return &Harness{Bin: cached, Kernels: ks}, nil
 		}
 	}
-	rtOnce.Do(func() {
-		rtObj = filepath.Join(work, "runtime.o")
-		rtErr = run(work, Clang, append(append([]string{}, cflags...), "-c", "csrc/runtime.cpp", "-o", rtObj)...)
+	wd.rtOnce.Do(func() {
+		wd.rtObj = filepath.Join(work, "runtime.o")
+		wd.rtErr = run(work, Clang, append(append([]string{}, cflags...), "-c", "csrc/runtime.cpp", "-o", wd.rtObj)...)
 	})
-	if rtErr != nil {
-		return nil, rtErr
+	if wd.rtErr != nil {
+		return nil, wd.rtErr
 	}
 	bin := filepath.Join(work, base+".harness")
-	if err := run(work, Clang, append(append([]string{}, cflags...), gen, rtObj, "-o", bin, "-lpthread")...); err != nil {
+	if err := run(work, Clang, append(append([]string{}, cflags...), gen, wd.rtObj, "-o", bin, "-lpthread")...); err != nil {
 		return nil, fmt.Errorf("%s: %w", metalFile, err)
 	}
 	if cached != "" {

@@ -199,6 +199,7 @@ func Run(t *testing.T, b backend.Backend) {
 		{"Attention", testAttention},
 		{"Route", testRoute},
 		{"MoE", testMoE},
+		{"RowChunker", testRowChunker},
 		{"Errors", testErrors},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -557,6 +558,55 @@ func testMoE(s *suite) {
 			s.check(fmt.Sprintf("MoE %v L=%d E=%d k=%d hidden=%d", typ, L, E, k, hidden), s.read(got), want, tolFor(typ))
 			s.unchanged("MoE x", tx, x)
 		}
+	}
+}
+
+// testRowChunker checks the optional chunking ops: Rows views, Concat, and
+// attention of the last rows of a sequence against full attention.
+func testRowChunker(s *suite) {
+	rc, ok := s.b.(backend.RowChunker)
+	if !ok {
+		s.t.Skip("backend does not implement backend.RowChunker")
+	}
+	r, c := 11, 24
+	x := s.randn(r*c, 1)
+	tx := s.upload(x, r, c)
+	a, err := rc.Rows(tx, 0, 4)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	b, err := rc.Rows(tx, 4, 11)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.check("Rows", s.read(b), x[4*c:], TolExact)
+	cat, err := rc.Concat(b, a)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.check("Concat", s.read(cat), append(append([]float32(nil), x[4*c:]...), x[:4*c]...), TolExact)
+	s.b.Free(a, b)
+	s.unchanged("Rows parent after freeing views", tx, x)
+	if _, err := rc.Rows(tx, 5, 12); err == nil {
+		s.t.Error("Rows past the end: no error")
+	}
+	if _, err := rc.Concat(tx, s.upload(s.randn(5, 1), 1, 5)); err == nil {
+		s.t.Error("Concat of different widths: no error")
+	}
+
+	L, nh, nkv, d := 45, 4, 2, 16
+	q, k, v := s.randn(L*nh*d, 1), s.randn(L*nkv*d, 1), s.randn(L*nkv*d, 1)
+	full := refAttention(q, k, v, L, nh, nkv, d, 0.25)
+	tk, tv := s.upload(k, L, nkv*d), s.upload(v, L, nkv*d)
+	for _, ch := range [][2]int{{0, 1}, {0, 45}, {13, 30}, {30, 45}} {
+		lo, hi := ch[0], ch[1]
+		kc, _ := rc.Rows(tk, 0, hi)
+		vc, _ := rc.Rows(tv, 0, hi)
+		got, err := rc.AttentionTail(s.upload(q[lo*nh*d:hi*nh*d], hi-lo, nh*d), kc, vc, nh, nkv, 0.25)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		s.check(fmt.Sprintf("AttentionTail rows [%d,%d)", lo, hi), s.read(got), full[lo*nh*d:hi*nh*d], TolAttn)
 	}
 }
 

@@ -23,6 +23,42 @@ func kDot4AVX2(tile *byte, rowStride int, x *byte, nb int, r *[4]float32)
 //go:noescape
 func dotF32x4AVX2(w *float32, k int, x *float32, n8 int, r *[4]float32)
 
+//go:noescape
+func dotBF16x4AVX2(w *byte, stride int, x *float32, n8 int, r *[4]float32)
+
+//go:noescape
+func dotF16x4AVX2(w *byte, stride int, x *float32, n8 int, r *[4]float32)
+
+// fastHalf reports whether dotHalfx4Fast exists.
+const fastHalf = true
+
+// dotHalfx4Fast dots the first 8·n8 values of four f16 or bf16 rows
+// (stride bytes apart) with float32 activations.
+func dotHalfx4Fast(bf16 bool, w *byte, stride int, x *float32, n8 int, r *[4]float32) {
+	if bf16 {
+		dotBF16x4AVX2(w, stride, x, n8, r)
+	} else {
+		dotF16x4AVX2(w, stride, x, n8, r)
+	}
+}
+
+//go:noescape
+func q4kDot4AVX2(w *byte, stride int, recs *byte, nb int, x *byte, r *[4]float32)
+
+// fastQ4K reports whether q4kDot4Fast and q6kDot4Fast exist.
+const fastQ4K = true
+
+func q4kDot4Fast(w *byte, stride int, recs *byte, nb int, x *byte, r *[4]float32) {
+	q4kDot4AVX2(w, stride, recs, nb, x, r)
+}
+
+//go:noescape
+func q6kDot4AVX2(w *byte, stride int, recs *byte, nb int, x *byte, r *[4]float32)
+
+func q6kDot4Fast(w *byte, stride int, recs *byte, nb int, x *byte, r *[4]float32) {
+	q6kDot4AVX2(w, stride, recs, nb, x, r)
+}
+
 func dotQ8_0x4Fast(w *byte, stride int, x *byte, nb int, r *[4]float32) {
 	dotQ8_0x4AVX2(w, stride, x, nb, r)
 }

@@ -39,6 +39,24 @@ func kDot4Fast(tile *byte, rowStride int, x *byte, nb int, r *[4]float32) {
 	sum4(&p, r)
 }
 
+// fastHalf reports whether dotHalfx4Fast exists.
+const fastHalf = false
+
+func dotHalfx4Fast(bf16 bool, w *byte, stride int, x *float32, n8 int, r *[4]float32) {
+	panic("unreachable: fastHalf is false")
+}
+
+// fastQ4K reports whether q4kDot4Fast and q6kDot4Fast exist.
+const fastQ4K = false
+
+func q4kDot4Fast(w *byte, stride int, recs *byte, nb int, x *byte, r *[4]float32) {
+	panic("unreachable: fastQ4K is false")
+}
+
+func q6kDot4Fast(w *byte, stride int, recs *byte, nb int, x *byte, r *[4]float32) {
+	panic("unreachable: fastQ4K is false")
+}
+
 func dotF32x4Fast(w *float32, k int, x *float32, n8 int, r *[4]float32) {
 	panic("unreachable: fastF32 is false")
 }

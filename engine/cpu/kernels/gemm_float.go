@@ -4,7 +4,9 @@ import "github.com/clefrt/clef/quant"
 
 // gemmFloat is the GEMM of the float formats (f32, f16, bf16 weights with
 // activations in the same format): activations are widened to float32 once
-// per call and weight rows four at a time, then dotted in float32 (dotF32x4).
+// per call and weight rows four at a time, then dotted in float32 (dotF32x4);
+// f16/bf16 weights go straight to kernels that widen them in registers
+// where there are such kernels (dotHalfx4).
 func gemmFloat(typ quant.Type, w []byte, wRow, n, k int, xq []byte, xRow, m int, out []float32, ldOut int) {
 	f, _ := quant.FormatOf(typ)
 	xf := make([]float32, m*k)
@@ -13,8 +15,21 @@ func gemmFloat(typ quant.Type, w []byte, wRow, n, k int, xq []byte, xRow, m int,
 	}
 	tile := make([]float32, 4*k)
 	var r [4]float32
+	half := typ == quant.F16 || typ == quant.BF16
 	for j0 := 0; j0 < n; j0 += 4 {
 		rows := min(4, n-j0)
+		if half && rows == 4 {
+			// Fast kernels widen the weights as they go.
+			wt := w[j0*wRow : (j0+4)*wRow]
+			if dotHalfx4(typ == quant.BF16, wt, wRow, k, xf[:k], &r) {
+				copy(out[j0:j0+4], r[:])
+				for i := 1; i < m; i++ {
+					dotHalfx4(typ == quant.BF16, wt, wRow, k, xf[i*k:(i+1)*k], &r)
+					copy(out[i*ldOut+j0:i*ldOut+j0+4], r[:])
+				}
+				continue
+			}
+		}
 		clear(tile)
 		for row := 0; row < rows; row++ {
 			f.Dequantize(tile[row*k:(row+1)*k], w[(j0+row)*wRow:(j0+row+1)*wRow])

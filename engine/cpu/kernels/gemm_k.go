@@ -24,15 +24,10 @@ const kRec = 552
 
 // decodeKTile decodes up to four rows of w (wRow bytes each, nb blocks of
 // bb bytes) into tile (4 rows of nb·kRec bytes); missing rows are zeroed.
+// The codes are unpacked eight at a time in uint64 words: this runs once
+// per four weight rows but for every GEMM call, so with few activation
+// rows (the tokens routed to one expert) it is a large part of the work.
 func decodeKTile(typ quant.Type, tile []byte, w []byte, rows, wRow, nb, bb int) {
-	var kb quant.KBlock
-	off := 0
-	switch typ {
-	case quant.Q3_K:
-		off = 4
-	case quant.Q6_K:
-		off = 32
-	}
 	for r := 0; r < 4; r++ {
 		rt := tile[r*nb*kRec : (r+1)*nb*kRec]
 		if r >= rows {
@@ -40,31 +35,127 @@ func decodeKTile(typ quant.Type, tile []byte, w []byte, rows, wRow, nb, bb int) 
 			continue
 		}
 		for b := 0; b < nb; b++ {
-			rec := rt[b*kRec : (b+1)*kRec]
-			kb.Decode(typ, w[r*wRow+b*bb:r*wRow+(b+1)*bb])
-			for i, q := range kb.Q {
-				rec[i] = byte(int(q) + off)
-			}
-			for g := 0; g < 16; g++ {
-				s := uint16(int16(kb.Scale[g]))
-				for l := 0; l < 8; l++ {
-					binary.LittleEndian.PutUint16(rec[256+16*g+2*l:], s)
-				}
-				c := int16(kb.Min[g])
-				if off != 0 {
-					c = int16(off) * int16(kb.Scale[g])
-				}
-				binary.LittleEndian.PutUint16(rec[512+2*g:], uint16(c))
-			}
-			fB := kb.DMin
-			if off != 0 {
-				fB = kb.D
-			}
-			binary.LittleEndian.PutUint32(rec[544:], math.Float32bits(kb.D))
-			binary.LittleEndian.PutUint32(rec[548:], math.Float32bits(fB))
+			decodeKRec(typ, rt[b*kRec:(b+1)*kRec], w[r*wRow+b*bb:r*wRow+(b+1)*bb])
 		}
 	}
 }
+
+const (
+	lo1 = 0x0101010101010101 // bit 0 of every byte
+	lo2 = 0x0303030303030303 // bits 0-1
+	lo4 = 0x0f0f0f0f0f0f0f0f // bits 0-3
+	rep = 0x0001000100010001 // an int16 in every lane
+)
+
+var le = binary.LittleEndian
+
+// decodeKRec fills one super-block record from block b of type typ.
+func decodeKRec(typ quant.Type, rec, b []byte) {
+	var sc, co [16]int16
+	var fS, fB float32
+	switch typ {
+	case quant.Q2_K:
+		qs := b[16:80]
+		for h := 0; h < 2; h++ {
+			for s := 0; s < 4; s++ {
+				for t := 0; t < 32; t += 8 {
+					le.PutUint64(rec[128*h+32*s+t:], le.Uint64(qs[32*h+t:])>>(2*s)&lo2)
+				}
+			}
+		}
+		for g := range sc {
+			sc[g], co[g] = int16(b[g]&15), int16(b[g]>>4)
+		}
+		fS, fB = f16(b[80:]), f16(b[82:])
+	case quant.Q3_K:
+		hm, qs := b[0:32], b[32:96]
+		for h := 0; h < 2; h++ {
+			for s := 0; s < 4; s++ {
+				for t := 0; t < 32; t += 8 {
+					v := le.Uint64(qs[32*h+t:])>>(2*s)&lo2 | (le.Uint64(hm[t:])>>(4*h+s)&lo1)<<2
+					le.PutUint64(rec[128*h+32*s+t:], v)
+				}
+			}
+		}
+		for g := range sc {
+			sc[g] = int16(scaleQ3K(g, b[96:108]) - 32)
+			co[g] = 4 * sc[g]
+		}
+		fS = f16(b[108:])
+		fB = fS
+	case quant.Q4_K, quant.Q5_K:
+		qs, qh := b[16:144], b[0:0]
+		if typ == quant.Q5_K {
+			qs, qh = b[48:176], b[16:48]
+		}
+		for c := 0; c < 4; c++ {
+			for l := 0; l < 32; l += 8 {
+				v := le.Uint64(qs[32*c+l:])
+				lo, hi := v&lo4, v>>4&lo4
+				if len(qh) > 0 {
+					h := le.Uint64(qh[l:])
+					lo |= (h >> (2 * c) & lo1) << 4
+					hi |= (h >> (2*c + 1) & lo1) << 4
+				}
+				le.PutUint64(rec[64*c+l:], lo)
+				le.PutUint64(rec[64*c+32+l:], hi)
+			}
+		}
+		for j := 0; j < 8; j++ {
+			s, m := scaleMin(j, b[4:16])
+			sc[2*j], sc[2*j+1] = int16(s), int16(s)
+			co[2*j], co[2*j+1] = int16(m), int16(m)
+		}
+		fS, fB = f16(b), f16(b[2:])
+	case quant.Q6_K:
+		for h := 0; h < 2; h++ {
+			ql, qh := b[64*h:], b[128+32*h:]
+			for l := 0; l < 32; l += 8 {
+				a, c, q := le.Uint64(ql[l:]), le.Uint64(ql[32+l:]), le.Uint64(qh[l:])
+				le.PutUint64(rec[128*h+l:], a&lo4|(q&lo2)<<4)
+				le.PutUint64(rec[128*h+32+l:], c&lo4|(q>>2&lo2)<<4)
+				le.PutUint64(rec[128*h+64+l:], a>>4&lo4|(q>>4&lo2)<<4)
+				le.PutUint64(rec[128*h+96+l:], c>>4&lo4|(q>>6&lo2)<<4)
+			}
+		}
+		for g := range sc {
+			sc[g] = int16(int8(b[192+g]))
+			co[g] = 32 * sc[g]
+		}
+		fS = f16(b[208:])
+		fB = fS
+	}
+	for g := range sc {
+		v := uint64(uint16(sc[g])) * rep
+		le.PutUint64(rec[256+16*g:], v)
+		le.PutUint64(rec[256+16*g+8:], v)
+		le.PutUint16(rec[512+2*g:], uint16(co[g]))
+	}
+	le.PutUint32(rec[544:], math.Float32bits(fS))
+	le.PutUint32(rec[548:], math.Float32bits(fB))
+}
+
+// scaleMin decodes the 6-bit scale and minimum of sub-block j of q4_K/q5_K.
+func scaleMin(j int, s []byte) (sc, m int) {
+	if j < 4 {
+		return int(s[j] & 63), int(s[j+4] & 63)
+	}
+	return int(s[j+4]&15) | int(s[j-4]>>6)<<4, int(s[j+4]>>4) | int(s[j]>>6)<<4
+}
+
+// scaleQ3K decodes the 6-bit (biased by 32) scale i of q3_K.
+func scaleQ3K(i int, sc []byte) int {
+	var lo int
+	if i < 8 {
+		lo = int(sc[i] & 15)
+	} else {
+		lo = int(sc[i-8] >> 4)
+	}
+	return lo | int(sc[8+i%4]>>(2*(i/4))&3)<<4
+}
+
+// f16 reads the binary16 value at b[0:2].
+func f16(b []byte) float32 { return quant.Float16ToFloat32(le.Uint16(b)) }
 
 // gemmK is the K-format GEMM over tiles of four weight rows.
 func gemmK(typ quant.Type, w []byte, wRow, n, k int, xq []byte, xRow, m int, out []float32, ldOut int) {

@@ -36,7 +36,6 @@ func gemmLegacy(typ quant.Type, w []byte, wRow, n, k int, xq []byte, xRow, m int
 	}
 	tile := make([]byte, 4*x8Row)
 	mins := make([]float32, 4*nb)
-	var codes [32]int8
 	var r [4]float32
 	for j0 := 0; j0 < n; j0 += 4 {
 		rows := min(4, n-j0)
@@ -46,11 +45,8 @@ func gemmLegacy(typ quant.Type, w []byte, wRow, n, k int, xq []byte, xRow, m int
 			for b := 0; b < nb; b++ {
 				src := w[(j0+row)*wRow+b*bb : (j0+row)*wRow+(b+1)*bb]
 				dst := tile[row*x8Row+34*b : row*x8Row+34*b+34]
-				decodeLegacy(typ, src, &codes)
+				decodeLegacy(typ, dst[2:34], src)
 				copy(dst[:2], src[:2])
-				for l, q := range codes {
-					dst[2+l] = byte(q)
-				}
 				if withMin {
 					mins[row*nb+b] = quant.Float16ToFloat32(binary.LittleEndian.Uint16(src[2:]))
 				}
@@ -72,29 +68,54 @@ func gemmLegacy(typ quant.Type, w []byte, wRow, n, k int, xq []byte, xRow, m int
 	}
 }
 
-// decodeLegacy writes the 32 codes of one block: signed for q4_0/q5_0,
-// unsigned (without the minimum) for q4_1/q5_1.
-func decodeLegacy(typ quant.Type, b []byte, q *[32]int8) {
+// decodeLegacy writes the 32 codes of one block as bytes: signed for
+// q4_0/q5_0, unsigned (without the minimum) for q4_1/q5_1; eight at a time
+// in uint64 words.
+func decodeLegacy(typ quant.Type, q []byte, b []byte) {
+	var qs []byte
+	var qh uint32
+	var off uint64
 	switch typ {
 	case quant.Q4_0:
-		for j := 0; j < 16; j++ {
-			q[j], q[j+16] = int8(b[2+j]&15)-8, int8(b[2+j]>>4)-8
-		}
+		qs, off = b[2:18], 8*lo1
 	case quant.Q4_1:
-		for j := 0; j < 16; j++ {
-			q[j], q[j+16] = int8(b[4+j]&15), int8(b[4+j]>>4)
-		}
+		qs = b[4:20]
 	case quant.Q5_0:
-		qh := binary.LittleEndian.Uint32(b[2:])
-		for j := 0; j < 16; j++ {
-			q[j] = int8(b[6+j]&15|byte(qh>>j&1)<<4) - 16
-			q[j+16] = int8(b[6+j]>>4|byte(qh>>(j+16)&1)<<4) - 16
-		}
+		qs, qh, off = b[6:22], le.Uint32(b[2:]), 16*lo1
 	case quant.Q5_1:
-		qh := binary.LittleEndian.Uint32(b[4:])
-		for j := 0; j < 16; j++ {
-			q[j] = int8(b[8+j]&15 | byte(qh>>j&1)<<4)
-			q[j+16] = int8(b[8+j]>>4 | byte(qh>>(j+16)&1)<<4)
+		qs, qh = b[8:24], le.Uint32(b[4:])
+	}
+	for l := 0; l < 16; l += 8 {
+		v := le.Uint64(qs[l:])
+		lo, hi := v&lo4, v>>4&lo4
+		if qh != 0 {
+			lo |= spreadBits(uint8(qh>>l)) << 4
+			hi |= spreadBits(uint8(qh>>(l+16))) << 4
+		}
+		// Codes are below 32: subtract the offset of q4_0/q5_0 per byte.
+		le.PutUint64(q[l:], bytewiseSub(lo, off))
+		le.PutUint64(q[16+l:], bytewiseSub(hi, off))
+	}
+}
+
+// spreadBits moves bit i of b to bit 0 of byte i.
+func spreadBits(b uint8) uint64 { return spread[b] }
+
+var spread = func() (t [256]uint64) {
+	for b := range t {
+		for i := 0; i < 8; i++ {
+			t[b] |= uint64(b>>i&1) << (8 * i)
 		}
 	}
+	return t
+}()
+
+// bytewiseSub subtracts off (the same value in every byte, < 128) from each
+// byte of v (each < 128), wrapping per byte.
+func bytewiseSub(v, off uint64) uint64 {
+	if off == 0 {
+		return v
+	}
+	// (v | 0x80..) - off never borrows across bytes; flip the high bits back.
+	return ((v | 0x8080808080808080) - off) ^ 0x8080808080808080
 }

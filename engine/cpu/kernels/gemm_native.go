@@ -2,6 +2,8 @@
 
 package kernels
 
+import "github.com/clefrt/clef/quant"
+
 // The dispatch of the fast kernels: each runs its assembly version when the
 // CPU has the instructions it needs (fast, set in cpu_<arch>.go), its
 // generic twin otherwise.
@@ -40,4 +42,53 @@ func dotF32x4(w []float32, k int, x []float32, r *[4]float32) {
 			r[row] += w[row*k+i] * x[i]
 		}
 	}
+}
+
+// dotHalfx4 dots four f16/bf16 weight rows (stride bytes apart, k values)
+// with float32 activations, reporting false when there is no fast kernel.
+func dotHalfx4(bf16 bool, w []byte, stride, k int, x []float32, r *[4]float32) bool {
+	n8 := k / 8
+	if !fast || !fastHalf || n8 == 0 {
+		return false
+	}
+	_ = w[3*stride+2*k-1]
+	_ = x[k-1]
+	dotHalfx4Fast(bf16, &w[0], stride, &x[0], n8, r)
+	for row := range r {
+		for i := 8 * n8; i < k; i++ {
+			h := le.Uint16(w[row*stride+2*i:])
+			v := quant.Float16ToFloat32(h)
+			if bf16 {
+				v = quant.BF16ToFloat32(h)
+			}
+			r[row] += v * x[i]
+		}
+	}
+	return true
+}
+
+// useQ4K reports whether q4_K and q6_K go to the packed-weight kernels
+// (gemmQ4K, gemmQ6K) rather than gemmK (decoded tiles).
+func useQ4K() bool { return fast && fastQ4K }
+
+func q4kDot4(w []byte, stride int, recs []byte, nb int, x []byte, r *[4]float32) {
+	if !fast || !fastQ4K || nb == 0 {
+		q4kDot4Generic(w, stride, recs, nb, x, r)
+		return
+	}
+	_ = w[3*stride+144*nb-1]
+	_ = recs[4*nb*kScaleRec-1]
+	_ = x[292*nb-1]
+	q4kDot4Fast(&w[0], stride, &recs[0], nb, &x[0], r)
+}
+
+func q6kDot4(w []byte, stride int, recs []byte, nb int, x []byte, r *[4]float32) {
+	if !fast || !fastQ4K || nb == 0 {
+		q6kDot4Generic(w, stride, recs, nb, x, r)
+		return
+	}
+	_ = w[3*stride+210*nb-1]
+	_ = recs[4*nb*k6ScaleRec-1]
+	_ = x[292*nb-1]
+	q6kDot4Fast(&w[0], stride, &recs[0], nb, &x[0], r)
 }

@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -11,6 +12,12 @@ import (
 
 var gemmTypes = []quant.Type{quant.Q8_0, quant.Q4_0, quant.Q4_1, quant.Q5_0, quant.Q5_1,
 	quant.Q2_K, quant.Q3_K, quant.Q4_K, quant.Q5_K, quant.Q6_K, quant.F16, quant.BF16, quant.F32}
+
+// scaleOffsets lists the byte offsets of the fp16 scales in a block.
+var scaleOffsets = map[quant.Type][]int{
+	quant.Q8_0: {0}, quant.Q4_0: {0}, quant.Q5_0: {0}, quant.Q4_1: {0, 2}, quant.Q5_1: {0, 2},
+	quant.Q2_K: {80, 82}, quant.Q3_K: {108}, quant.Q4_K: {0, 2}, quant.Q5_K: {0, 2}, quant.Q6_K: {208},
+}
 
 // operands returns n quantized weight rows and m quantized activation rows
 // of k values, and their dequantized values.
@@ -26,13 +33,21 @@ func operands(t testing.TB, typ quant.Type, n, m, k int, seed uint64) (w, x []by
 	}
 	wf = make([]float32, n*k)
 	for j := 0; j < n; j++ {
-		for i := range src {
-			src[i] = float32(rng.NormFloat64() * 0.05)
-		}
+		row := w[j*wRow : (j+1)*wRow]
 		if typ == quant.F32 || typ == quant.F16 || typ == quant.BF16 {
-			f.Quantize(w[j*wRow:(j+1)*wRow], src, nil)
-		} else if err := quant.Quantize(typ, w[j*wRow:(j+1)*wRow], src, nil); err != nil {
-			t.Fatal(err)
+			for i := range src {
+				src[i] = float32(rng.NormFloat64() * 0.05)
+			}
+			f.Quantize(row, src, nil)
+		} else {
+			// Random blocks: every code value occurs (q8_0's -128, q6_K's
+			// scale -128 ...); only the fp16 scales are made sane.
+			for b := 0; b < len(row); b += f.BlockBytes {
+				for _, o := range scaleOffsets[typ] {
+					v := float32(rng.Float64()*0.01+0.001) * float32(1-2*int(rng.Uint32()&1))
+					binary.LittleEndian.PutUint16(row[b+o:], quant.Float32ToFloat16(v))
+				}
+			}
 		}
 		f.Dequantize(wf[j*k:(j+1)*k], w[j*wRow:(j+1)*wRow])
 	}
@@ -76,9 +91,9 @@ func gemmTable(t *testing.T) {
 		for _, k := range ks {
 			// Operands for the largest sizes; smaller cases use prefixes
 			// (the following rows then act as guard bands).
-			w, x, wf, xf := operands(t, typ, 13, 5, k, uint64(k))
+			w, x, wf, xf := operands(t, typ, 13, 33, k, uint64(k))
 			for _, n := range []int{1, 3, 4, 9, 13} {
-				for _, m := range []int{1, 2, 5} {
+				for _, m := range []int{1, 2, 5, 33} {
 					ld := n + 3
 					out := make([]float32, 2+m*ld+5)
 					for i := range out {
@@ -131,41 +146,61 @@ func gemmTable(t *testing.T) {
 // TestFastMatchesGeneric checks that the fast kernels agree with their
 // generic twins to float rounding (trivially when there are none).
 func TestFastMatchesGeneric(t *testing.T) {
-	const n, k = 8, 4096
-	close := func(name string, fast, gen [4]float32) {
+	const k = 4096
+	check := func(name string, fast, gen [4]float32, wf, xf []float32) {
 		for j := range fast {
-			if d := math.Abs(float64(fast[j] - gen[j])); d > 1e-5*math.Abs(float64(gen[j]))+1e-6 {
-				t.Errorf("%s row %d: fast %g, generic %g", name, j, fast[j], gen[j])
+			var abs float64
+			for c := 0; c < k; c++ {
+				abs += math.Abs(float64(wf[j*k+c]) * float64(xf[c]))
+			}
+			if d := math.Abs(float64(fast[j] - gen[j])); !(d <= 1e-6*abs) {
+				t.Errorf("%s row %d: fast %g, generic %g (Σ|w·x| %g)", name, j, fast[j], gen[j], abs)
 			}
 		}
 	}
-	w, x, _, _ := operands(t, quant.Q8_0, n, 1, k, 3)
 	var fast, gen [4]float32
-	for j0 := 0; j0 < n; j0 += 4 {
-		dotQ8_0x4(w[j0*34*k/32:], 34*k/32, x, k/32, &fast)
-		dotQ8_0x4Generic(w[j0*34*k/32:], 34*k/32, x, k/32, &gen)
-		close("q8_0", fast, gen)
-	}
+	w, x, wf, xf := operands(t, quant.Q8_0, 4, 1, k, 3)
+	dotQ8_0x4(w, 34*k/32, x, k/32, &fast)
+	dotQ8_0x4Generic(w, 34*k/32, x, k/32, &gen)
+	check("q8_0", fast, gen, wf, xf)
 	for _, typ := range []quant.Type{quant.Q2_K, quant.Q3_K, quant.Q4_K, quant.Q5_K, quant.Q6_K} {
-		w, x, _, _ := operands(t, typ, 4, 1, k, 5)
+		w, x, wf, xf := operands(t, typ, 4, 1, k, 5)
 		wRow, _ := quant.RowBytes(typ, k)
 		tile := make([]byte, 4*(k/256)*kRec)
 		decodeKTile(typ, tile, w, 4, wRow, k/256, wRow/(k/256))
 		kDot4(tile, k/256, x, &fast)
 		kDot4Generic(tile, k/256, x, &gen)
-		close(typ.String(), fast, gen)
+		check(typ.String(), fast, gen, wf, xf)
 	}
-	wf := make([]float32, 4*1001)
-	xf := make([]float32, 1001)
-	for i := range wf {
-		wf[i] = float32(i%17) - 8
+	{
+		w, x, wf, xf := operands(t, quant.Q4_K, 4, 1, k, 7)
+		recs := make([]byte, 4*(k/256)*kScaleRec)
+		decodeQ4KScales(recs, w, 4, 144*k/256, k/256)
+		q4kDot4(w, 144*k/256, recs, k/256, x, &fast)
+		q4kDot4Generic(w, 144*k/256, recs, k/256, x, &gen)
+		check("q4_K packed", fast, gen, wf, xf)
+		// The generic twin against the decoded-tile kernel's generic twin.
+		tile := make([]byte, 4*(k/256)*kRec)
+		decodeKTile(quant.Q4_K, tile, w, 4, 144*k/256, k/256, 144)
+		kDot4Generic(tile, k/256, x, &fast)
+		check("q4_K packed generic", gen, fast, wf, xf)
 	}
-	for i := range xf {
-		xf[i] = float32(i%5) * 0.25
+	{
+		w, x, wf, xf := operands(t, quant.Q6_K, 4, 1, k, 8)
+		recs := make([]byte, 4*(k/256)*k6ScaleRec)
+		decodeQ6KScales(recs, w, 4, 210*k/256, k/256)
+		q6kDot4(w, 210*k/256, recs, k/256, x, &fast)
+		q6kDot4Generic(w, 210*k/256, recs, k/256, x, &gen)
+		check("q6_K packed", fast, gen, wf, xf)
+		tile := make([]byte, 4*(k/256)*kRec)
+		decodeKTile(quant.Q6_K, tile, w, 4, 210*k/256, k/256, 210)
+		kDot4Generic(tile, k/256, x, &fast)
+		check("q6_K packed generic", gen, fast, wf, xf)
 	}
-	dotF32x4(wf, 1001, xf, &fast)
-	dotF32x4Generic(wf, 1001, xf, &gen)
-	close("f32", fast, gen)
+	_, _, wf, xf = operands(t, quant.F32, 4, 1, k, 9)
+	dotF32x4(wf, k, xf, &fast)
+	dotF32x4Generic(wf, k, xf, &gen)
+	check("f32", fast, gen, wf, xf)
 }
 
 func TestGEMMBadInput(t *testing.T) {
@@ -196,7 +231,7 @@ func TestGEMMBadInput(t *testing.T) {
 func BenchmarkGEMM(b *testing.B) {
 	const n, k = 256, 2048
 	for _, typ := range gemmTypes {
-		for _, m := range []int{1, 128} {
+		for _, m := range []int{1, 8, 128} {
 			b.Run(fmt.Sprintf("%v/m=%d", typ, m), func(b *testing.B) {
 				w, x, _, _ := operands(b, typ, n, m, k, 1)
 				out := make([]float32, m*n)

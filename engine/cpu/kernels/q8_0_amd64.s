@@ -10,12 +10,15 @@ DATA ones16<>+24(SB)/8, $0x0001000100010001
 GLOBL ones16<>(SB), RODATA|NOPTR, $32
 
 // ROWQ8 accumulates one weight row's block (at address reg) into acc:
-// w signed by x, |x|·w' pairs (VPMADDUBSW), pairs summed to int32
-// (VPMADDWD), converted, times d_w·d_x.
+// x signed by w, |w|·x' pairs (VPMADDUBSW), pairs summed to int32
+// (VPMADDWD), converted, times d_w·d_x. Taking |w| (not |x|) keeps a
+// weight code of -128 exact: |-128| is 128 unsigned, and the activation
+// codes (our own q8_0, within ±127) never overflow when negated.
 #define ROWQ8(reg, acc) \
 	VMOVDQU 2(reg), Y2 \
-	VPSIGNB Y0, Y2, Y2 \
-	VPMADDUBSW Y2, Y1, Y2 \
+	VPSIGNB Y2, Y0, Y1 \
+	VPSIGNB Y2, Y2, Y2 \
+	VPMADDUBSW Y1, Y2, Y2 \
 	VPMADDWD Y5, Y2, Y2 \
 	VCVTDQ2PS Y2, Y2 \
 	MOVWLZX (reg), AX \
@@ -52,7 +55,6 @@ TEXT ·dotQ8_0x4AVX2(SB), NOSPLIT, $0-40
 
 loop:
 	VMOVDQU 2(DI), Y0
-	VPSIGNB Y0, Y0, Y1
 	MOVWLZX (DI), AX
 	VMOVD AX, X4
 	VCVTPH2PS X4, X4

@@ -38,6 +38,7 @@ func TestClefTinyRelease(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		m.Chunk = 100 // several chunks per record
 		f, err := os.Open(tinyDir + rel.cases)
 		if err != nil {
 			t.Fatal(err)

@@ -12,7 +12,10 @@ import (
 // Model is the thinker's text decoder bound to one backend.
 type Model struct {
 	Config Config
-	b      backend.Backend
+	// Chunk is the number of rows a layer runs at a time on a backend that
+	// implements backend.RowChunker; 0 means DefaultChunk.
+	Chunk int
+	b     backend.Backend
 
 	embed  *backend.Tensor // embed_tokens.weight [vocab, hidden]
 	layers []layer
@@ -134,9 +137,9 @@ func sameShape(a, b []int) bool {
 }
 
 // Tap, when given to Forward, receives named intermediates: "ffn_moe_topk"
-// (the I32 [L, k] expert ids of a layer) and "l_out" (the residual stream
-// [L, hidden] leaving a layer, llama.cpp's l_out-<il>). The tensors are only
-// valid during the call.
+// (the I32 [C, k] expert ids of a layer, called once per row chunk in row
+// order) and "l_out" (the residual stream [L, hidden] leaving a layer,
+// llama.cpp's l_out-<il>). The tensors are only valid during the call.
 type Tap func(name string, layer int, t *backend.Tensor) error
 
 // TextPositions returns the 3-D positions of plain text: p on all streams.
@@ -252,96 +255,174 @@ func (m *Model) Forward(ctx context.Context, in Input, tap Tap) (*backend.Tensor
 	return out, nil
 }
 
+// DefaultChunk is the number of rows a layer processes at a time on a
+// backend that can run in chunks (backend.RowChunker), as llama.cpp's
+// default ubatch: activation memory is bounded by the chunk, while K and V
+// of one layer span every row.
+const DefaultChunk = 512
+
 // layer runs decoder layer l on the residual stream x [L, hidden] and
-// returns the new stream; x is left for the caller to free.
-func (m *Model) layer(l int, x *backend.Tensor, pos [][3]int, rope backend.RoPE, scale float32, tap Tap) (out *backend.Tensor, err error) {
+// returns the new stream; x is left for the caller to free. K and V are
+// computed for every row; queries, attention output and the MoE block run
+// over row chunks when the backend supports it.
+func (m *Model) layer(l int, x *backend.Tensor, pos [][3]int, rope backend.RoPE, scale float32, tap Tap) (*backend.Tensor, error) {
+	c, b, ly := m.Config, m.b, &m.layers[l]
+	L := x.Rows()
+	chunk := m.Chunk
+	if chunk <= 0 {
+		chunk = DefaultChunk
+	}
+	rc, ok := b.(backend.RowChunker)
+	if !ok || chunk >= L {
+		chunk = L
+	}
+
+	// Attention block, keys and values: every row.
+	h, err := b.RMSNorm(x, ly.inputNorm, c.NormEps) // attn_norm [L, hidden]
+	if err != nil {
+		return nil, err
+	}
+	defer b.Free(h)
+	k, err := b.MatMul(h, ly.k) // Kcur [L, kv_heads*head_dim]
+	if err != nil {
+		return nil, err
+	}
+	kn, err := b.RMSNorm(k, ly.kNorm, c.NormEps) // per head [L, kv_heads*head_dim]
+	b.Free(k)
+	if err != nil {
+		return nil, err
+	}
+	k, err = b.RoPE(kn, pos, rope) // [L, kv_heads*head_dim]
+	b.Free(kn)
+	if err != nil {
+		return nil, err
+	}
+	defer b.Free(k)
+	v, err := b.MatMul(h, ly.v) // Vcur [L, kv_heads*head_dim]
+	if err != nil {
+		return nil, err
+	}
+	defer b.Free(v)
+
+	if chunk == L {
+		out, err := m.rows(l, x, h, k, v, pos, 0, L, nil, rope, scale, tap)
+		if err == nil && tap != nil {
+			if err = tap("l_out", l, out); err != nil {
+				b.Free(out)
+			}
+		}
+		return out, err
+	}
+	var outs []*backend.Tensor
+	defer func() { b.Free(outs...) }()
+	for c0 := 0; c0 < L; c0 += chunk {
+		out, err := m.rows(l, x, h, k, v, pos, c0, min(L, c0+chunk), rc, rope, scale, tap)
+		if err != nil {
+			return nil, err
+		}
+		outs = append(outs, out)
+	}
+	out, err := rc.Concat(outs...) // l_out [L, hidden]
+	if err == nil && tap != nil {
+		if err = tap("l_out", l, out); err != nil {
+			b.Free(out)
+		}
+	}
+	return out, err
+}
+
+// rows runs the rest of layer l for rows [c0, c1): queries, attention over
+// keys 0..c1-1, output projection, residual, MoE block, residual. With rc
+// nil the rows are the whole sequence.
+func (m *Model) rows(l int, x, h, k, v *backend.Tensor, pos [][3]int, c0, c1 int, rc backend.RowChunker, rope backend.RoPE, scale float32, tap Tap) (*backend.Tensor, error) {
 	c, b, ly := m.Config, m.b, &m.layers[l]
 	var live []*backend.Tensor
-	keep := func(t *backend.Tensor) *backend.Tensor { live = append(live, t); return t }
 	defer func() { b.Free(live...) }()
 	step := func(t *backend.Tensor, err error) (*backend.Tensor, error) {
 		if err != nil {
 			return nil, err
 		}
-		return keep(t), nil
+		live = append(live, t)
+		return t, nil
+	}
+	drop := func(ts ...*backend.Tensor) { b.Free(ts...) } // freed early, so the next op can reuse the memory
+	xc, hc, kc, vc := x, h, k, v
+	if rc != nil {
+		var err error
+		if xc, err = step(rc.Rows(x, c0, c1)); err != nil { // [C, hidden]
+			return nil, err
+		}
+		if hc, err = step(rc.Rows(h, c0, c1)); err != nil { // [C, hidden]
+			return nil, err
+		}
+		if kc, err = step(rc.Rows(k, 0, c1)); err != nil { // [c1, kv_heads*head_dim]
+			return nil, err
+		}
+		if vc, err = step(rc.Rows(v, 0, c1)); err != nil { // [c1, kv_heads*head_dim]
+			return nil, err
+		}
 	}
 
-	// Attention block.
-	h, err := step(b.RMSNorm(x, ly.inputNorm, c.NormEps)) // attn_norm [L, hidden]
+	// Attention block, queries.
+	q, err := step(b.MatMul(hc, ly.q)) // Qcur [C, heads*head_dim]
 	if err != nil {
 		return nil, err
 	}
-	q, err := step(b.MatMul(h, ly.q)) // Qcur [L, heads*head_dim]
+	qn, err := step(b.RMSNorm(q, ly.qNorm, c.NormEps)) // per head [C, heads*head_dim]
 	if err != nil {
 		return nil, err
 	}
-	k, err := step(b.MatMul(h, ly.k)) // Kcur [L, kv_heads*head_dim]
+	drop(q)
+	qr, err := step(b.RoPE(qn, pos[c0:c1], rope)) // [C, heads*head_dim]
 	if err != nil {
 		return nil, err
 	}
-	v, err := step(b.MatMul(h, ly.v)) // Vcur [L, kv_heads*head_dim]
+	drop(qn)
+	var a *backend.Tensor // kqv_out [C, heads*head_dim]
+	if rc != nil {
+		a, err = step(rc.AttentionTail(qr, kc, vc, c.Heads, c.KVHeads, scale))
+	} else {
+		a, err = step(b.Attention(qr, kc, vc, c.Heads, c.KVHeads, scale))
+	}
 	if err != nil {
 		return nil, err
 	}
-	if q, err = step(b.RMSNorm(q, ly.qNorm, c.NormEps)); err != nil { // per head [L, heads*head_dim]
-		return nil, err
-	}
-	if k, err = step(b.RMSNorm(k, ly.kNorm, c.NormEps)); err != nil { // per head [L, kv_heads*head_dim]
-		return nil, err
-	}
-	if q, err = step(b.RoPE(q, pos, rope)); err != nil { // [L, heads*head_dim]
-		return nil, err
-	}
-	if k, err = step(b.RoPE(k, pos, rope)); err != nil { // [L, kv_heads*head_dim]
-		return nil, err
-	}
-	a, err := step(b.Attention(q, k, v, c.Heads, c.KVHeads, scale)) // kqv_out [L, heads*head_dim]
+	drop(qr)
+	o, err := step(b.MatMul(a, ly.o)) // attn_out [C, hidden]
 	if err != nil {
 		return nil, err
 	}
-	b.Free(q, k, v)
-	a, err = step(b.MatMul(a, ly.o)) // attn_out [L, hidden]
+	drop(a)
+	xa, err := step(b.Add(xc, o)) // ffn_inp [C, hidden]
 	if err != nil {
 		return nil, err
 	}
-	x, err = step(b.Add(x, a)) // ffn_inp [L, hidden]
-	if err != nil {
-		return nil, err
-	}
+	drop(o)
 
 	// MoE block.
-	h, err = step(b.RMSNorm(x, ly.postNorm, c.NormEps)) // ffn_norm [L, hidden]
+	hn, err := step(b.RMSNorm(xa, ly.postNorm, c.NormEps)) // ffn_norm [C, hidden]
 	if err != nil {
 		return nil, err
 	}
-	logits, err := step(b.MatMul(h, ly.router)) // ffn_moe_logits [L, experts]
+	logits, err := step(b.MatMul(hn, ly.router)) // ffn_moe_logits [C, experts]
 	if err != nil {
 		return nil, err
 	}
-	ids, w, err := b.Route(logits, c.TopK, c.NormTopK) // ffn_moe_topk [L, k], ffn_moe_weights [L, k]
+	ids, w, err := b.Route(logits, c.TopK, c.NormTopK) // ffn_moe_topk [C, k], ffn_moe_weights [C, k]
 	if err != nil {
 		return nil, err
 	}
-	keep(ids)
-	keep(w)
+	live = append(live, ids, w)
+	drop(logits)
 	if tap != nil {
 		if err := tap("ffn_moe_topk", l, ids); err != nil {
 			return nil, err
 		}
 	}
-	moe, err := step(b.MoE(h, ids, w, ly.experts)) // ffn_moe_out [L, hidden]
+	moe, err := step(b.MoE(hn, ids, w, ly.experts)) // ffn_moe_out [C, hidden]
 	if err != nil {
 		return nil, err
 	}
-	out, err = b.Add(x, moe) // l_out [L, hidden]
-	if err != nil {
-		return nil, err
-	}
-	if tap != nil {
-		if err := tap("l_out", l, out); err != nil {
-			b.Free(out)
-			return nil, err
-		}
-	}
-	return out, nil
+	drop(hn, ids, w)
+	return b.Add(xa, moe) // l_out [C, hidden]
 }

@@ -81,10 +81,12 @@ func TestOmniConfig(t *testing.T) {
 // TestOmniText checks the final hidden states, both layer outputs and the
 // router's top-k against transformers 4.57 (float32) on the text cases.
 func TestOmniText(t *testing.T) {
-	for _, threads := range []int{1, 2} {
+	for _, run := range []struct{ threads, chunk int }{{1, 0}, {2, 0}, {2, 7}, {1, 16}} {
+		threads := run.threads
 		m := openOmni(t, threads)
+		m.Chunk = run.chunk
 		for _, cs := range []string{"text_len1", "text_len9", "text_len40"} {
-			t.Run(fmt.Sprintf("%s/threads=%d", cs, threads), func(t *testing.T) {
+			t.Run(fmt.Sprintf("%s/threads=%d/chunk=%d", cs, threads, run.chunk), func(t *testing.T) {
 				ids64 := loadNpy(t, omniDir+cs+"_input_ids.npy").I
 				pos := loadNpy(t, omniDir+cs+"_position_ids.npy")
 				L := len(ids64)
@@ -99,14 +101,14 @@ func TestOmniText(t *testing.T) {
 					}
 				}
 				layerOut := map[int][]float32{}
-				var topk [][]float32
+				topk := make([][]float32, m.Config.Layers)
 				out, err := m.Forward(context.Background(), Input{IDs: ids, Positions: positions}, func(name string, l int, tt *backend.Tensor) error {
 					v, err := m.b.Read(context.Background(), tt)
 					switch name {
 					case "l_out":
 						layerOut[l] = v
 					case "ffn_moe_topk":
-						topk = append(topk, v)
+						topk[l] = append(topk[l], v...)
 					}
 					return err
 				})
@@ -135,6 +137,9 @@ func TestOmniText(t *testing.T) {
 				want := loadNpy(t, omniDir+cs+"_router_topk.npy").I
 				k := m.Config.TopK
 				for l := range topk {
+					if len(topk[l]) != L*k {
+						t.Fatalf("layer %d: %d expert ids, want %d", l, len(topk[l]), L*k)
+					}
 					for i := 0; i < L*k; i++ {
 						if int64(topk[l][i]) != want[l*L*k+i] {
 							t.Errorf("layer %d token %d: experts %v, want %v", l, i/k, topk[l][i/k*k:i/k*k+k], want[l*L*k+i/k*k:l*L*k+i/k*k+k])
@@ -153,6 +158,7 @@ func TestOmniText(t *testing.T) {
 // position streams and the DeepStack additions.
 func TestOmniMedia(t *testing.T) {
 	m := openOmni(t, 2)
+	m.Chunk = 6 // chunks that split the image tokens
 	for _, cs := range []string{"image", "mixed", "audio"} {
 		t.Run(cs, func(t *testing.T) {
 			ids64 := loadNpy(t, omniDir+cs+"_input_ids.npy").I
@@ -180,11 +186,11 @@ func TestOmniMedia(t *testing.T) {
 					in.Deepstack = append(in.Deepstack, loadNpy(t, fmt.Sprintf("%s%s_visual_deepstack%d.npy", omniDir, cs, l)).F)
 				}
 			}
-			var topk [][]float32
+			topk := make([][]float32, m.Config.Layers)
 			out, err := m.Forward(context.Background(), in, func(name string, l int, tt *backend.Tensor) error {
 				if name == "ffn_moe_topk" {
 					v, err := m.b.Read(context.Background(), tt)
-					topk = append(topk, v)
+					topk[l] = append(topk[l], v...)
 					return err
 				}
 				return nil

@@ -268,6 +268,9 @@ void msl_rt_simd_sync(void);
 // msl_rt_simd_slots returns the simdgroup's exchange area (32 lanes × 64
 // bytes), this lane's index and the mask of lanes that have not exited.
 unsigned char *msl_rt_simd_slots(unsigned *lane, unsigned *mask);
+// msl_rt_poison fills a threadgroup array with 0xff bytes (NaN) once per
+// threadgroup run: *gen remembers the run that last did it.
+void msl_rt_poison(void *p, unsigned long n, unsigned long *gen);
 }
 
 namespace metal {

@@ -71,6 +71,7 @@ struct Worker {
   std::vector<Fiber> fibers;
   std::vector<SimdState> sgs;
   unsigned nthreads = 0, tg_count = 0, tg_gen = 0;
+  unsigned long serial = 0; // threadgroups run by this worker
   void (*fn)(msl::ctx &) = nullptr;
 };
 
@@ -151,6 +152,7 @@ struct Job {
 void run_group(Worker &w, const Job &job, unsigned gx, unsigned gy, unsigned gz,
                std::vector<std::vector<unsigned char>> &tgmem) {
   unsigned n = w.nthreads;
+  w.serial++;
   for (auto &m : tgmem)
     memset(m.data(), 0xff, m.size()); // uninitialised threadgroup memory reads as NaN
   unsigned nsg = (n + kSimd - 1) / kSimd;
@@ -257,6 +259,13 @@ extern "C" void msl_rt_simd_sync(void) {
   cur->wait = SIMD;
   cur->wgen = g;
   yield_to_sched();
+}
+
+extern "C" void msl_rt_poison(void *p, unsigned long n, unsigned long *gen) {
+  if (*gen != W->serial) {
+    memset(p, 0xff, n);
+    *gen = W->serial;
+  }
 }
 
 extern "C" unsigned char *msl_rt_simd_slots(unsigned *lane, unsigned *mask) {
