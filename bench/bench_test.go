@@ -18,6 +18,16 @@ func BenchmarkFMAProbe(b *testing.B) {
 	b.ReportMetric(float64(b.N)*n*fmaPerIter*2/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 }
 
+// BenchmarkDotProbe measures the int8 dot probe on one thread (Gop/s).
+func BenchmarkDotProbe(b *testing.B) {
+	const n = 1 << 12
+	var out [8]int32
+	for i := 0; i < b.N; i++ {
+		dotProbe(n, &out)
+	}
+	b.ReportMetric(float64(b.N)*n*dotMACsPerIter*2/b.Elapsed().Seconds()/1e9, "Gop/s")
+}
+
 // BenchmarkDecideTiny measures one decision of the tiny model per state
 // length, through the same in-process runner clef bench uses.
 func BenchmarkDecideTiny(b *testing.B) {

@@ -57,3 +57,58 @@ done:
 	VMOVUPS Y0, (DI)
 	VZEROUPPER
 	RET
+
+// func dotProbeAVX2(n int, out *[8]int32)
+// The int8 dot pipeline of the quantized kernels: six independent chains
+// of VPMADDUBSW (u8·s8 pairs to int16, 32 multiplies), VPMADDWD (int16
+// pairs to int32) and VPADDD into an accumulator, all inputs 1; then the
+// accumulators summed in order Y0+...+Y5 into out.
+TEXT ·dotProbeAVX2(SB), NOSPLIT, $0-16
+	MOVQ n+0(FP), CX
+	MOVQ out+8(FP), DI
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+	VPXOR Y4, Y4, Y4
+	VPXOR Y5, Y5, Y5
+	MOVL $0x01010101, AX
+	MOVD AX, X13
+	VPBROADCASTD X13, Y13
+	MOVL $0x00010001, AX
+	MOVD AX, X15
+	VPBROADCASTD X15, Y15
+	TESTQ CX, CX
+	JLE dotdone
+
+dotloop:
+	VPMADDUBSW Y13, Y13, Y6
+	VPMADDUBSW Y13, Y13, Y7
+	VPMADDUBSW Y13, Y13, Y8
+	VPMADDUBSW Y13, Y13, Y9
+	VPMADDUBSW Y13, Y13, Y10
+	VPMADDUBSW Y13, Y13, Y11
+	VPMADDWD Y15, Y6, Y6
+	VPMADDWD Y15, Y7, Y7
+	VPMADDWD Y15, Y8, Y8
+	VPMADDWD Y15, Y9, Y9
+	VPMADDWD Y15, Y10, Y10
+	VPMADDWD Y15, Y11, Y11
+	VPADDD Y6, Y0, Y0
+	VPADDD Y7, Y1, Y1
+	VPADDD Y8, Y2, Y2
+	VPADDD Y9, Y3, Y3
+	VPADDD Y10, Y4, Y4
+	VPADDD Y11, Y5, Y5
+	DECQ CX
+	JNZ dotloop
+
+dotdone:
+	VPADDD Y1, Y0, Y0
+	VPADDD Y2, Y0, Y0
+	VPADDD Y3, Y0, Y0
+	VPADDD Y4, Y0, Y0
+	VPADDD Y5, Y0, Y0
+	VMOVDQU Y0, (DI)
+	VZEROUPPER
+	RET

@@ -19,3 +19,16 @@ func fmaProbe(n int, out *[8]float32) {
 	}
 	fmaProbeGeneric(n, out)
 }
+
+//go:noescape
+func dotProbeAVX2(n int, out *[8]int32)
+
+// dotProbe runs n iterations of the int8 dot probe (dotProbeGeneric's
+// arithmetic) with AVX2 when the CPU has it.
+func dotProbe(n int, out *[8]int32) {
+	if useAVX2 {
+		dotProbeAVX2(n, out)
+		return
+	}
+	dotProbeGeneric(n, out)
+}

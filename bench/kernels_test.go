@@ -28,6 +28,23 @@ func TestFMAProbeTwins(t *testing.T) {
 	}
 }
 
+// The int8 dot probe and its Go twin: every int32 lane is 6·4·n.
+func TestDotProbeTwins(t *testing.T) {
+	for _, n := range []int{0, 1, 2, 5, 100, 3001} {
+		var fast, slow [8]int32
+		for i := range fast {
+			fast[i], slow[i] = -7, -7
+		}
+		dotProbe(n, &fast)
+		dotProbeGeneric(n, &slow)
+		for l := range fast {
+			if fast[l] != int32(24*n) || slow[l] != fast[l] {
+				t.Fatalf("n=%d lane %d: probe %d, generic %d, want %d", n, l, fast[l], slow[l], 24*n)
+			}
+		}
+	}
+}
+
 func TestChipPeaks(t *testing.T) {
 	for dev, want := range map[string]float64{"Apple M2 Max": 400, "Apple M2": 100, "Apple M4 Pro": 273, "Apple M1 Ultra": 800, "Apple M3 Max": 400} {
 		p, ok := ChipPeaks(dev)
@@ -42,7 +59,7 @@ func TestChipPeaks(t *testing.T) {
 
 func TestKernelRates(t *testing.T) {
 	r := KernelResult{Iterations: 4, Seconds: 2, Bytes: 100, FLOPs: 1000}
-	r.rate(Peaks{BytesPerSecond: 400, FLOPsPerSecond: 8000, BytesPerSecond1T: 200, FLOPsPerSecond1T: 1000}, true)
+	r.rate(Peaks{BytesPerSecond: 400, FLOPsPerSecond: 8000, BytesPerSecond1T: 200, FLOPsPerSecond1T: 1000}, true, false)
 	// Per call 0.5 s: 200 B/s (100% of the one-thread 200), 2000 FLOP/s (200%).
 	if r.BytesPerSecond != 200 || r.FLOPsPerSecond != 2000 || r.BandwidthRatio != 1 || r.ComputeRatio != 2 {
 		t.Errorf("%+v", r)
@@ -51,9 +68,17 @@ func TestKernelRates(t *testing.T) {
 	if r.Bound != "compute" {
 		t.Errorf("bound %s", r.Bound)
 	}
-	r.rate(Peaks{BytesPerSecond: 400, FLOPsPerSecond: 8000}, false)
-	if r.BandwidthRatio != 0.5 || r.ComputeRatio != 0.25 || r.Bound != "memory" {
+	r.rate(Peaks{BytesPerSecond: 400, FLOPsPerSecond: 8000}, false, false)
+	if r.BandwidthRatio != 0.5 || r.ComputeRatio != 0.25 || r.Bound != "memory" || r.ComputePeak != "f32_fma" {
 		t.Errorf("all threads: %+v", r)
+	}
+	// An int8-dot kernel is held to the int8 ceiling when there is one.
+	r.rate(Peaks{BytesPerSecond: 400, FLOPsPerSecond: 8000, Int8OpsPerSecond: 16000}, false, true)
+	if r.ComputeRatio != 0.125 || r.ComputePeak != "int8_dot" {
+		t.Errorf("int8: %+v", r)
+	}
+	if !intDot(quant.Q4_K) || !intDot(quant.Q8_0) || intDot(quant.BF16) || intDot(quant.F32) {
+		t.Error("intDot")
 	}
 }
 
@@ -84,7 +109,7 @@ func TestRunKernelsSmall(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := k.Peaks[0]
-	if p.Source != "measured" || p.BytesPerSecond <= 0 || p.FLOPsPerSecond <= 0 || p.BytesPerSecond1T <= 0 || p.FLOPsPerSecond1T <= 0 {
+	if p.Source != "measured" || p.BytesPerSecond <= 0 || p.FLOPsPerSecond <= 0 || p.BytesPerSecond1T <= 0 || p.FLOPsPerSecond1T <= 0 || p.Int8OpsPerSecond1T <= 0 {
 		t.Fatalf("peaks %+v", p)
 	}
 	names := map[string]bool{}

@@ -786,15 +786,15 @@ func (b *Backend) MoE(x, ids, weights *backend.Tensor, experts []backend.Expert)
 		}
 	}
 	ffn, hidden := gates[0].rows, xh.cols
+	// Every expert must match expert 0 (one launch geometry for all).
 	for e := range experts {
 		for _, c := range []struct {
-			h          *tensor
+			h, ref     *tensor
 			rows, cols int
-			typ        quant.Type
 			what       string
-		}{{gates[e], ffn, hidden, gates[0].typ, "gate"}, {ups[e], ffn, hidden, ups[0].typ, "up"}, {downs[e], hidden, ffn, downs[0].typ, "down"}} {
-			if c.h.rows != c.rows || c.h.cols != c.cols || c.h.typ != c.typ || c.h.groupSize != (map[string]*tensor{"gate": gates[0], "up": ups[0], "down": downs[0]})[c.what].groupSize {
-				return nil, fmt.Errorf("metal: MoE: expert %d %s is %v [%d %d], want %v [%d %d] like expert 0", e, c.what, c.h.typ, c.h.rows, c.h.cols, c.typ, c.rows, c.cols)
+		}{{gates[e], gates[0], ffn, hidden, "gate"}, {ups[e], ups[0], ffn, hidden, "up"}, {downs[e], downs[0], hidden, ffn, "down"}} {
+			if c.h.rows != c.rows || c.h.cols != c.cols || c.h.typ != c.ref.typ || c.h.groupSize != c.ref.groupSize || c.h.scaleBF16 != c.ref.scaleBF16 {
+				return nil, fmt.Errorf("metal: MoE: expert %d %s is %v [%d %d], want %v [%d %d] like expert 0", e, c.what, c.h.typ, c.h.rows, c.h.cols, c.ref.typ, c.rows, c.cols)
 			}
 		}
 	}

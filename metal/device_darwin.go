@@ -247,16 +247,6 @@ func (g *metalGPU) pipeline(name string, consts []fconst) (objc.ID, error) {
 	return p, nil
 }
 
-// sizeClass rounds scratch sizes up to powers of two from 16 KiB so that
-// released buffers can be reused (the activation arena).
-func sizeClass(n int) int {
-	c := 16 << 10
-	for c < n {
-		c <<= 1
-	}
-	return c
-}
-
 func (g *metalGPU) newBuffer(n int) (*mtlBuf, error) {
 	id := g.device.Send(selNewBufferWithLength, uint64(n), uint64(mtlResourceStorageModeShared))
 	if id == 0 {

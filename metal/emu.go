@@ -96,7 +96,18 @@ func (g *emuGPU) Wrap(data []byte) (gbuf, int, error) { return &emuBuf{data: dat
 
 func (g *emuGPU) Release(b gbuf) {}
 
-func (g *emuGPU) Close() error { return os.RemoveAll(g.work) }
+func (g *emuGPU) Close() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	seen := map[*emu.Harness]bool{}
+	for _, h := range g.kernels {
+		if !seen[h] {
+			seen[h] = true
+			h.Close()
+		}
+	}
+	return os.RemoveAll(g.work)
+}
 
 func (g *emuGPU) Read(ctx context.Context, b gbuf, off int, dst []byte) error {
 	if err := ctx.Err(); err != nil {

@@ -56,3 +56,18 @@ func CheckFit(need, budget int64, device string) error {
 	}
 	return nil
 }
+
+// sizeClass rounds scratch sizes so that released buffers can be reused (the
+// activation arena): powers of two from 16 KiB up to 1 MiB, whole MiB above
+// (every layer asks for the same sizes again, so large buffers are reused
+// exactly instead of wasting up to half of a power-of-two class).
+func sizeClass(n int) int {
+	if n > 1<<20 {
+		return (n + 1<<20 - 1) &^ (1<<20 - 1)
+	}
+	c := 16 << 10
+	for c < n {
+		c <<= 1
+	}
+	return c
+}

@@ -59,3 +59,14 @@ func TestKernelSuffix(t *testing.T) {
 		}
 	}
 }
+
+func TestSizeClass(t *testing.T) {
+	for _, c := range []struct{ n, want int }{
+		{1, 16 << 10}, {16 << 10, 16 << 10}, {16<<10 + 1, 32 << 10}, {1 << 20, 1 << 20},
+		{1<<20 + 1, 2 << 20}, {352 << 20, 352 << 20}, {352<<20 + 5, 353 << 20},
+	} {
+		if got := sizeClass(c.n); got != c.want || got < c.n {
+			t.Errorf("sizeClass(%d) = %d, want %d", c.n, got, c.want)
+		}
+	}
+}

@@ -65,11 +65,11 @@ kernel void flash_attn_f32(constant kargs_attn &args [[buffer(0)]],
     const int kp = kb + j;
     float s = -INFINITY;
     if (qvalid && kp < args.Lk && (!args.causal || kp <= qpos)) {
-      float dot = 0.0f;
+      float qk = 0.0f;
       for (int d = 0; d < D; d++) {
-        dot += sq[qq * FA_DMAX + d] * sk[j * FA_DMAX + d];
+        qk += sq[qq * FA_DMAX + d] * sk[j * FA_DMAX + d];
       }
-      s = dot * args.scale;
+      s = qk * args.scale;
     }
     ss[qq * FA_KV + j] = s;
     simdgroup_barrier(mem_flags::mem_threadgroup);

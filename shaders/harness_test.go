@@ -73,6 +73,13 @@ func buildAll(t *testing.T) {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	seen := map[*emu.Harness]bool{}
+	for _, h := range harnesses {
+		if !seen[h] {
+			seen[h] = true
+			h.Close()
+		}
+	}
 	if workDir != "" && os.Getenv("CLEF_EMU_KEEP") == "" {
 		os.RemoveAll(workDir)
 	}

@@ -126,7 +126,7 @@ func tinyForward(ctx context.Context, w io.Writer, gpu, ref backend.Backend) err
 	if !(nmse <= 1e-6) {
 		status = "FAIL"
 	}
-	fmt.Fprintf(w, "%s %-58s max|err| %.2e  nmse %.2e (<= 1e-06)\n", status, fmt.Sprintf("tiny-model forward, %d tokens", len(ids)), maxErr, nmse)
+	fmt.Fprintf(w, "%s %-62s max|err| %.2e  nmse %.2e (<= 1e-06)\n", status, fmt.Sprintf("tiny-model forward, %d tokens", len(ids)), maxErr, nmse)
 	if status == "FAIL" {
 		return fmt.Errorf("hidden-state NMSE %.2e", nmse)
 	}

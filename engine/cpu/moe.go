@@ -175,10 +175,10 @@ type moeProj struct {
 // expertFFN computes ye [n, hidden] = down(silu(gate xe) * up xe) for one
 // expert; par selects the worker-parallel matmuls.
 func (b *Backend) expertFFN(ye, xe []float32, n, hidden int, pj *moeProj, par bool) error {
-	gt := b.mem.get(n * pj.ffn)
-	upv := b.mem.get(n * pj.ffn)
-	defer b.mem.put(gt)
-	defer b.mem.put(upv)
+	// Per-expert sizes vary, so this scratch is left to the collector
+	// rather than the arena.
+	gt := make([]float32, n*pj.ffn)
+	upv := make([]float32, n*pj.ffn)
 	xq, err := b.project(gt, xe, n, hidden, pj.ffn, pj.gate, pj.gw, nil, par)
 	if err != nil {
 		return err
@@ -199,7 +199,7 @@ func (b *Backend) expertFFN(ye, xe []float32, n, hidden int, pj *moeProj, par bo
 // gather copies the rows routed to expert e into a [count[e], hidden] matrix.
 func (b *Backend) gather(xf []float32, hidden, e int, count, start, rowOf []int) []float32 {
 	n := count[e]
-	xe := b.mem.get(n * hidden)
+	xe := make([]float32, n*hidden)
 	for g := 0; g < n; g++ {
 		r := rowOf[start[e]+g]
 		copy(xe[g*hidden:(g+1)*hidden], xf[r*hidden:(r+1)*hidden])
@@ -218,7 +218,6 @@ func (b *Backend) moeByExpert(out, xf []float32, L, hidden, k int, id []int32, w
 	b.parallelDynamic(len(active), func(_, ai int) {
 		e := active[ai]
 		xe := b.gather(xf, hidden, e, count, start, rowOf)
-		defer b.mem.put(xe)
 		if err := b.expertFFN(y[start[e]*hidden:(start[e]+count[e])*hidden], xe, count[e], hidden, &projs[e], false); err != nil {
 			mu.Lock()
 			first = err
@@ -257,11 +256,8 @@ func (b *Backend) moeInExpert(out, xf []float32, hidden int, active []int, projs
 	for _, e := range active {
 		n := count[e]
 		xe := b.gather(xf, hidden, e, count, start, rowOf)
-		ye := b.mem.get(n * hidden)
-		err := b.expertFFN(ye, xe, n, hidden, &projs[e], true)
-		b.mem.put(xe)
-		if err != nil {
-			b.mem.put(ye)
+		ye := make([]float32, n*hidden)
+		if err := b.expertFFN(ye, xe, n, hidden, &projs[e], true); err != nil {
 			return err
 		}
 		for g := 0; g < n; g++ {
@@ -277,7 +273,6 @@ func (b *Backend) moeInExpert(out, xf []float32, hidden int, active []int, projs
 				o[t] += v * w
 			}
 		}
-		b.mem.put(ye)
 	}
 	return nil
 }

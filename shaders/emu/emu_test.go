@@ -5,7 +5,15 @@ import (
 	"math"
 	"os"
 	"strings"
+	"sync"
 	"testing"
+)
+
+var (
+	probeOnce sync.Once
+	probe     *Harness
+	probeErr  error
+	probeDir  string
 )
 
 func buildProbe(t *testing.T) *Harness {
@@ -13,12 +21,28 @@ func buildProbe(t *testing.T) *Harness {
 	if !Available() {
 		t.Skipf("%s not found", Clang)
 	}
-	h, err := Build(t.TempDir(), "testdata/probe.metal")
-	if err != nil {
-		t.Fatal(err)
+	probeOnce.Do(func() {
+		probeDir, probeErr = os.MkdirTemp("", "emu-probe")
+		if probeErr != nil {
+			return
+		}
+		probe, probeErr = Build(probeDir, "testdata/probe.metal")
+	})
+	if probeErr != nil {
+		t.Fatal(probeErr)
 	}
-	t.Cleanup(func() { h.Close() })
-	return h
+	return probe
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if probe != nil {
+		probe.Close()
+	}
+	if probeDir != "" {
+		os.RemoveAll(probeDir)
+	}
+	os.Exit(code)
 }
 
 func TestShimSimd(t *testing.T) {

@@ -2,10 +2,13 @@
 
 package kernels
 
-import "golang.org/x/sys/cpu"
+import (
+	"github.com/clefrt/clef/quant"
+	"golang.org/x/sys/cpu"
+)
 
-// fast selects the AVX2+FMA+F16C kernels (q8_0_amd64.s, kdot_amd64.s,
-// dotf32_amd64.s).
+// fast selects the AVX2+FMA+F16C kernels (q8_0_amd64.s, packed_amd64.s,
+// legacy_amd64.s, half_amd64.s, dotf32_amd64.s).
 var fast = cpu.X86.HasAVX2 && cpu.X86.HasFMA && cpu.X86.HasF16C
 
 // fastF32 reports whether dotF32x4 has a fast version.
@@ -16,9 +19,6 @@ var accelerated = map[bool]string{true: "avx2", false: "generic"}[fast]
 
 //go:noescape
 func dotQ8_0x4AVX2(w *byte, stride int, x *byte, nb int, r *[4]float32)
-
-//go:noescape
-func kDot4AVX2(tile *byte, rowStride int, x *byte, nb int, r *[4]float32)
 
 //go:noescape
 func dotF32x4AVX2(w *float32, k int, x *float32, n8 int, r *[4]float32)
@@ -43,28 +43,41 @@ func dotHalfx4Fast(bf16 bool, w *byte, stride int, x *float32, n8 int, r *[4]flo
 }
 
 //go:noescape
-func q4kDot4AVX2(w *byte, stride int, recs *byte, nb int, x *byte, r *[4]float32)
-
-// fastQ4K reports whether q4kDot4Fast and q6kDot4Fast exist.
-const fastQ4K = true
-
-func q4kDot4Fast(w *byte, stride int, recs *byte, nb int, x *byte, r *[4]float32) {
-	q4kDot4AVX2(w, stride, recs, nb, x, r)
-}
+func dotBF16x2x4AVX2(w *byte, stride int, x *float32, xstride int, n8 int, r *[8]float32)
 
 //go:noescape
-func q6kDot4AVX2(w *byte, stride int, recs *byte, nb int, x *byte, r *[4]float32)
+func dotF16x2x4AVX2(w *byte, stride int, x *float32, xstride int, n8 int, r *[8]float32)
 
-func q6kDot4Fast(w *byte, stride int, recs *byte, nb int, x *byte, r *[4]float32) {
-	q6kDot4AVX2(w, stride, recs, nb, x, r)
+//go:noescape
+func dotF32x2x4AVX2(w *byte, stride int, x *float32, xstride int, n8 int, r *[8]float32)
+
+// fastFloat2x4 reports whether dotFloat2x4Fast exists.
+const fastFloat2x4 = true
+
+// dotFloat2x4Fast dots the first 8·n8 values of two f32/f16/bf16 rows
+// (stride bytes apart) with four float32 activation rows (xstride bytes
+// apart) into r[4·row+act].
+func dotFloat2x4Fast(typ quant.Type, w *byte, stride int, x *float32, xstride, n8 int, r *[8]float32) {
+	switch typ {
+	case quant.BF16:
+		dotBF16x2x4AVX2(w, stride, x, xstride, n8, r)
+	case quant.F16:
+		dotF16x2x4AVX2(w, stride, x, xstride, n8, r)
+	default:
+		dotF32x2x4AVX2(w, stride, x, xstride, n8, r)
+	}
 }
 
 func dotQ8_0x4Fast(w *byte, stride int, x *byte, nb int, r *[4]float32) {
 	dotQ8_0x4AVX2(w, stride, x, nb, r)
 }
 
+// fastKDot reports whether kDot4Fast exists: on amd64 the K formats go
+// to the packed-weight kernels (packed_amd64.s) instead.
+const fastKDot = false
+
 func kDot4Fast(tile *byte, rowStride int, x *byte, nb int, r *[4]float32) {
-	kDot4AVX2(tile, rowStride, x, nb, r)
+	panic("unreachable: fastKDot is false")
 }
 
 func dotF32x4Fast(w *float32, k int, x *float32, n8 int, r *[4]float32) {

@@ -2,7 +2,10 @@
 
 package kernels
 
-import "golang.org/x/sys/cpu"
+import (
+	"github.com/clefrt/clef/quant"
+	"golang.org/x/sys/cpu"
+)
 
 // fast selects the NEON kernels built on the ARMv8.2 dot product SDOT
 // (q8_0_arm64.s, kdot_arm64.s); every Apple Silicon core has it.
@@ -33,6 +36,9 @@ func dotQ8_0x4Fast(w *byte, stride int, x *byte, nb int, r *[4]float32) {
 	sum4(&p, r)
 }
 
+// fastKDot reports whether kDot4Fast exists.
+const fastKDot = true
+
 func kDot4Fast(tile *byte, rowStride int, x *byte, nb int, r *[4]float32) {
 	var p [16]float32
 	kDot4SDOT(tile, rowStride, x, nb, &p)
@@ -46,15 +52,34 @@ func dotHalfx4Fast(bf16 bool, w *byte, stride int, x *float32, n8 int, r *[4]flo
 	panic("unreachable: fastHalf is false")
 }
 
-// fastQ4K reports whether q4kDot4Fast and q6kDot4Fast exist.
-const fastQ4K = false
+//go:noescape
+func dotF32x2x4NEON(w *byte, stride int, x *float32, xstride int, n8 int, r *[32]float32)
 
-func q4kDot4Fast(w *byte, stride int, recs *byte, nb int, x *byte, r *[4]float32) {
-	panic("unreachable: fastQ4K is false")
-}
+//go:noescape
+func dotBF16x2x4NEON(w *byte, stride int, x *float32, xstride int, n8 int, r *[32]float32)
 
-func q6kDot4Fast(w *byte, stride int, recs *byte, nb int, x *byte, r *[4]float32) {
-	panic("unreachable: fastQ4K is false")
+//go:noescape
+func dotF16x2x4NEON(w *byte, stride int, x *float32, xstride int, n8 int, r *[32]float32)
+
+// fastFloat2x4 reports whether dotFloat2x4Fast exists.
+const fastFloat2x4 = true
+
+// dotFloat2x4Fast dots the first 8·n8 values of two f32/f16/bf16 rows
+// (stride bytes apart) with four float32 activation rows (xstride bytes
+// apart) into r[4·row+act].
+func dotFloat2x4Fast(typ quant.Type, w *byte, stride int, x *float32, xstride, n8 int, r *[8]float32) {
+	var p [32]float32
+	switch typ {
+	case quant.BF16:
+		dotBF16x2x4NEON(w, stride, x, xstride, n8, &p)
+	case quant.F16:
+		dotF16x2x4NEON(w, stride, x, xstride, n8, &p)
+	default:
+		dotF32x2x4NEON(w, stride, x, xstride, n8, &p)
+	}
+	for i := range r {
+		r[i] = (p[4*i] + p[4*i+1]) + (p[4*i+2] + p[4*i+3])
+	}
 }
 
 func dotF32x4Fast(w *float32, k int, x *float32, n8 int, r *[4]float32) {

@@ -51,24 +51,12 @@ func GEMM(typ quant.Type, w []byte, n, k int, xq []byte, m int, out []float32, l
 	case quant.Q4_0, quant.Q4_1, quant.Q5_0, quant.Q5_1:
 		gemmLegacy(typ, w, wRow, n, k, xq, xRow, m, out, ldOut)
 		return nil
-	case quant.Q4_K:
-		if useQ4K() {
-			gemmQ4K(w, wRow, n, k, xq, xRow, m, out, ldOut)
+	case quant.Q2_K, quant.Q3_K, quant.Q4_K, quant.Q5_K, quant.Q6_K:
+		if kern := packedKernels(typ); kern != nil {
+			gemmPacked(typ, kern, w, wRow, n, k, xq, xRow, m, out, ldOut)
 		} else {
 			gemmK(typ, w, wRow, n, k, xq, xRow, m, out, ldOut)
 		}
-		return nil
-	case quant.Q6_K:
-		// Rebuilding 6-bit codes in registers costs more than a decoded
-		// tile once enough activation rows share it.
-		if useQ4K() && m < 32 {
-			gemmQ6K(w, wRow, n, k, xq, xRow, m, out, ldOut)
-		} else {
-			gemmK(typ, w, wRow, n, k, xq, xRow, m, out, ldOut)
-		}
-		return nil
-	case quant.Q2_K, quant.Q3_K, quant.Q5_K:
-		gemmK(typ, w, wRow, n, k, xq, xRow, m, out, ldOut)
 		return nil
 	case quant.F32, quant.F16, quant.BF16:
 		gemmFloat(typ, w, wRow, n, k, xq, xRow, m, out, ldOut)

@@ -1,6 +1,10 @@
 package kernels
 
-import "github.com/clefrt/clef/quant"
+import (
+	"math"
+
+	"github.com/clefrt/clef/quant"
+)
 
 // gemmFloat is the GEMM of the float formats (f32, f16, bf16 weights with
 // activations in the same format): activations are widened to float32 once
@@ -15,15 +19,53 @@ func gemmFloat(typ quant.Type, w []byte, wRow, n, k int, xq []byte, xRow, m int,
 	}
 	tile := make([]float32, 4*k)
 	var r [4]float32
+	var r8 [8]float32
+	var xpad []float32
 	half := typ == quant.F16 || typ == quant.BF16
 	for j0 := 0; j0 < n; j0 += 4 {
 		rows := min(4, n-j0)
+		i := 0
+		if rows == 4 && hasFloat2x4() {
+			// Two weight rows × four activation rows per kernel call.
+			wt := w[j0*wRow : (j0+4)*wRow]
+			for ; i+4 <= m; i += 4 {
+				for r0 := 0; r0 < 4; r0 += 2 {
+					dotFloat2x4(typ, wt[r0*wRow:], wRow, k, xf[i*k:(i+4)*k], &r8)
+					for a := 0; a < 4; a++ {
+						out[(i+a)*ldOut+j0+r0] = r8[a]
+						out[(i+a)*ldOut+j0+r0+1] = r8[4+a]
+					}
+				}
+			}
+		}
+		if i < m && rows == 4 && (typ == quant.F32 || !fastHalf) && hasFloat2x4() {
+			// With few activation rows the weights' memory traffic bounds
+			// the work: the last rows go through the same kernel, padded
+			// with zero rows (f32, and f16/bf16 without a one-row kernel).
+			if xpad == nil {
+				xpad = make([]float32, 4*k)
+			}
+			clear(xpad)
+			copy(xpad, xf[i*k:m*k])
+			wt := w[j0*wRow : (j0+4)*wRow]
+			for r0 := 0; r0 < 4; r0 += 2 {
+				dotFloat2x4(typ, wt[r0*wRow:], wRow, k, xpad, &r8)
+				for a := 0; a < m-i; a++ {
+					out[(i+a)*ldOut+j0+r0] = r8[a]
+					out[(i+a)*ldOut+j0+r0+1] = r8[4+a]
+				}
+			}
+			i = m
+		}
+		if i == m {
+			continue
+		}
 		if half && rows == 4 {
 			// Fast kernels widen the weights as they go.
 			wt := w[j0*wRow : (j0+4)*wRow]
-			if dotHalfx4(typ == quant.BF16, wt, wRow, k, xf[:k], &r) {
-				copy(out[j0:j0+4], r[:])
-				for i := 1; i < m; i++ {
+			if dotHalfx4(typ == quant.BF16, wt, wRow, k, xf[i*k:(i+1)*k], &r) {
+				copy(out[i*ldOut+j0:i*ldOut+j0+4], r[:])
+				for i++; i < m; i++ {
 					dotHalfx4(typ == quant.BF16, wt, wRow, k, xf[i*k:(i+1)*k], &r)
 					copy(out[i*ldOut+j0:i*ldOut+j0+4], r[:])
 				}
@@ -34,11 +76,22 @@ func gemmFloat(typ quant.Type, w []byte, wRow, n, k int, xq []byte, xRow, m int,
 		for row := 0; row < rows; row++ {
 			f.Dequantize(tile[row*k:(row+1)*k], w[(j0+row)*wRow:(j0+row+1)*wRow])
 		}
-		for i := 0; i < m; i++ {
+		for ; i < m; i++ {
 			dotF32x4(tile, k, xf[i*k:(i+1)*k], &r)
 			copy(out[i*ldOut+j0:i*ldOut+j0+rows], r[:rows])
 		}
 	}
+}
+
+// floatAt reads the f32/f16/bf16 value at b.
+func floatAt(typ quant.Type, b []byte) float32 {
+	switch typ {
+	case quant.F16:
+		return quant.Float16ToFloat32(le.Uint16(b))
+	case quant.BF16:
+		return quant.BF16ToFloat32(le.Uint16(b))
+	}
+	return math.Float32frombits(le.Uint32(b))
 }
 
 // dotF32x4Generic dots four float32 rows (k apart in w) with x.

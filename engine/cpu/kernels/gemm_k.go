@@ -51,38 +51,43 @@ var le = binary.LittleEndian
 
 // decodeKRec fills one super-block record from block b of type typ.
 func decodeKRec(typ quant.Type, rec, b []byte) {
-	var sc, co [16]int16
-	var fS, fB float32
+	unpackKCodes(typ, rec[:256], b)
+	sc, co, fS, fB := kScales(typ, b)
+	for g := range sc {
+		v := uint64(uint16(sc[g])) * rep
+		le.PutUint64(rec[256+16*g:], v)
+		le.PutUint64(rec[256+16*g+8:], v)
+		le.PutUint16(rec[512+2*g:], uint16(co[g]))
+	}
+	le.PutUint32(rec[544:], math.Float32bits(fS))
+	le.PutUint32(rec[548:], math.Float32bits(fB))
+}
+
+// unpackKCodes writes the 256 unsigned codes u of block b (in activation
+// order) to u: u = q + off, off 4 for q3_K and 32 for q6_K, 0 otherwise.
+// The codes are unpacked eight at a time in uint64 words.
+func unpackKCodes(typ quant.Type, u, b []byte) {
+	_ = u[255]
 	switch typ {
 	case quant.Q2_K:
 		qs := b[16:80]
 		for h := 0; h < 2; h++ {
 			for s := 0; s < 4; s++ {
 				for t := 0; t < 32; t += 8 {
-					le.PutUint64(rec[128*h+32*s+t:], le.Uint64(qs[32*h+t:])>>(2*s)&lo2)
+					le.PutUint64(u[128*h+32*s+t:], le.Uint64(qs[32*h+t:])>>(2*s)&lo2)
 				}
 			}
 		}
-		for g := range sc {
-			sc[g], co[g] = int16(b[g]&15), int16(b[g]>>4)
-		}
-		fS, fB = f16(b[80:]), f16(b[82:])
 	case quant.Q3_K:
 		hm, qs := b[0:32], b[32:96]
 		for h := 0; h < 2; h++ {
 			for s := 0; s < 4; s++ {
 				for t := 0; t < 32; t += 8 {
 					v := le.Uint64(qs[32*h+t:])>>(2*s)&lo2 | (le.Uint64(hm[t:])>>(4*h+s)&lo1)<<2
-					le.PutUint64(rec[128*h+32*s+t:], v)
+					le.PutUint64(u[128*h+32*s+t:], v)
 				}
 			}
 		}
-		for g := range sc {
-			sc[g] = int16(scaleQ3K(g, b[96:108]) - 32)
-			co[g] = 4 * sc[g]
-		}
-		fS = f16(b[108:])
-		fB = fS
 	case quant.Q4_K, quant.Q5_K:
 		qs, qh := b[16:144], b[0:0]
 		if typ == quant.Q5_K {
@@ -97,10 +102,44 @@ func decodeKRec(typ quant.Type, rec, b []byte) {
 					lo |= (h >> (2 * c) & lo1) << 4
 					hi |= (h >> (2*c + 1) & lo1) << 4
 				}
-				le.PutUint64(rec[64*c+l:], lo)
-				le.PutUint64(rec[64*c+32+l:], hi)
+				le.PutUint64(u[64*c+l:], lo)
+				le.PutUint64(u[64*c+32+l:], hi)
 			}
 		}
+	case quant.Q6_K:
+		for h := 0; h < 2; h++ {
+			ql, qh := b[64*h:], b[128+32*h:]
+			for l := 0; l < 32; l += 8 {
+				a, c, q := le.Uint64(ql[l:]), le.Uint64(ql[32+l:]), le.Uint64(qh[l:])
+				le.PutUint64(u[128*h+l:], a&lo4|(q&lo2)<<4)
+				le.PutUint64(u[128*h+32+l:], c&lo4|(q>>2&lo2)<<4)
+				le.PutUint64(u[128*h+64+l:], a>>4&lo4|(q>>4&lo2)<<4)
+				le.PutUint64(u[128*h+96+l:], c>>4&lo4|(q>>6&lo2)<<4)
+			}
+		}
+	}
+}
+
+// kScales decodes the scales of block b of type typ: the integer scale and
+// correction coefficient of each group of 16 codes (off·scale, or the
+// minimum for q2_K/q4_K/q5_K) and the float factors fS (D) and fB (D for
+// the offset types, DMin otherwise), so that the block dotted with q8_K
+// activations a (group sums bsum) is dx·(fS·Σ sc·u·a − fB·Σ co·bsum).
+func kScales(typ quant.Type, b []byte) (sc, co [16]int16, fS, fB float32) {
+	switch typ {
+	case quant.Q2_K:
+		for g := range sc {
+			sc[g], co[g] = int16(b[g]&15), int16(b[g]>>4)
+		}
+		fS, fB = f16(b[80:]), f16(b[82:])
+	case quant.Q3_K:
+		for g := range sc {
+			sc[g] = int16(scaleQ3K(g, b[96:108]) - 32)
+			co[g] = 4 * sc[g]
+		}
+		fS = f16(b[108:])
+		fB = fS
+	case quant.Q4_K, quant.Q5_K:
 		for j := 0; j < 8; j++ {
 			s, m := scaleMin(j, b[4:16])
 			sc[2*j], sc[2*j+1] = int16(s), int16(s)
@@ -108,16 +147,6 @@ func decodeKRec(typ quant.Type, rec, b []byte) {
 		}
 		fS, fB = f16(b), f16(b[2:])
 	case quant.Q6_K:
-		for h := 0; h < 2; h++ {
-			ql, qh := b[64*h:], b[128+32*h:]
-			for l := 0; l < 32; l += 8 {
-				a, c, q := le.Uint64(ql[l:]), le.Uint64(ql[32+l:]), le.Uint64(qh[l:])
-				le.PutUint64(rec[128*h+l:], a&lo4|(q&lo2)<<4)
-				le.PutUint64(rec[128*h+32+l:], c&lo4|(q>>2&lo2)<<4)
-				le.PutUint64(rec[128*h+64+l:], a>>4&lo4|(q>>4&lo2)<<4)
-				le.PutUint64(rec[128*h+96+l:], c>>4&lo4|(q>>6&lo2)<<4)
-			}
-		}
 		for g := range sc {
 			sc[g] = int16(int8(b[192+g]))
 			co[g] = 32 * sc[g]
@@ -125,14 +154,7 @@ func decodeKRec(typ quant.Type, rec, b []byte) {
 		fS = f16(b[208:])
 		fB = fS
 	}
-	for g := range sc {
-		v := uint64(uint16(sc[g])) * rep
-		le.PutUint64(rec[256+16*g:], v)
-		le.PutUint64(rec[256+16*g+8:], v)
-		le.PutUint16(rec[512+2*g:], uint16(co[g]))
-	}
-	le.PutUint32(rec[544:], math.Float32bits(fS))
-	le.PutUint32(rec[548:], math.Float32bits(fB))
+	return sc, co, fS, fB
 }
 
 // scaleMin decodes the 6-bit scale and minimum of sub-block j of q4_K/q5_K.

@@ -34,6 +34,17 @@ func gemmLegacy(typ quant.Type, w []byte, wRow, n, k int, xq []byte, xRow, m int
 			}
 		}
 	}
+	var xd []float32
+	if hasQ8_0x2x4() && m >= 4 && nb > 0 {
+		// The activation scales widened once for the 2×4 kernel.
+		xd = make([]float32, m*nb)
+		for i := 0; i < m; i++ {
+			for b := 0; b < nb; b++ {
+				xd[i*nb+b] = quant.Float16ToFloat32(le.Uint16(x8[i*x8Row+34*b:]))
+			}
+		}
+	}
+	var r8 [8]float32
 	tile := make([]byte, 4*x8Row)
 	mins := make([]float32, 4*nb)
 	var r [4]float32
@@ -42,6 +53,14 @@ func gemmLegacy(typ quant.Type, w []byte, wRow, n, k int, xq []byte, xRow, m int
 		clear(tile)
 		clear(mins)
 		for row := 0; row < rows; row++ {
+			if decodeLegacyRowFast(typ, tile[row*x8Row:(row+1)*x8Row], w[(j0+row)*wRow:(j0+row+1)*wRow], nb) {
+				if withMin {
+					for b := 0; b < nb; b++ {
+						mins[row*nb+b] = quant.Float16ToFloat32(binary.LittleEndian.Uint16(w[(j0+row)*wRow+b*bb+2:]))
+					}
+				}
+				continue
+			}
 			for b := 0; b < nb; b++ {
 				src := w[(j0+row)*wRow+b*bb : (j0+row)*wRow+(b+1)*bb]
 				dst := tile[row*x8Row+34*b : row*x8Row+34*b+34]
@@ -52,7 +71,26 @@ func gemmLegacy(typ quant.Type, w []byte, wRow, n, k int, xq []byte, xRow, m int
 				}
 			}
 		}
-		for i := 0; i < m; i++ {
+		i := 0
+		if xd != nil && rows == 4 {
+			for ; i+4 <= m; i += 4 {
+				for r0 := 0; r0 < 4; r0 += 2 {
+					dotQ8_0x2x4(tile[r0*x8Row:], x8Row, x8[i*x8Row:], x8Row, xd[i*nb:], nb, &r8)
+					for a := 0; a < 4; a++ {
+						for rr := r0; rr < r0+2; rr++ {
+							v := r8[4*(rr-r0)+a]
+							if withMin {
+								for b := 0; b < nb; b++ {
+									v += mins[rr*nb+b] * s[(i+a)*nb+b]
+								}
+							}
+							out[(i+a)*ldOut+j0+rr] = v
+						}
+					}
+				}
+			}
+		}
+		for ; i < m; i++ {
 			dotQ8_0x4(tile, x8Row, x8[i*x8Row:(i+1)*x8Row], nb, &r)
 			if withMin {
 				for row := 0; row < rows; row++ {

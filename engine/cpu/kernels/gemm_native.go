@@ -19,7 +19,7 @@ func dotQ8_0x4(w []byte, stride int, x []byte, nb int, r *[4]float32) {
 }
 
 func kDot4(tile []byte, nb int, x []byte, r *[4]float32) {
-	if !fast || nb == 0 {
+	if !fast || !fastKDot || nb == 0 {
 		kDot4Generic(tile, nb, x, r)
 		return
 	}
@@ -67,28 +67,31 @@ func dotHalfx4(bf16 bool, w []byte, stride, k int, x []float32, r *[4]float32) b
 	return true
 }
 
-// useQ4K reports whether q4_K and q6_K go to the packed-weight kernels
-// (gemmQ4K, gemmQ6K) rather than gemmK (decoded tiles).
-func useQ4K() bool { return fast && fastQ4K }
+// hasFloat2x4 reports whether dotFloat2x4 has a fast kernel.
+func hasFloat2x4() bool { return fast && fastFloat2x4 }
 
-func q4kDot4(w []byte, stride int, recs []byte, nb int, x []byte, r *[4]float32) {
-	if !fast || !fastQ4K || nb == 0 {
-		q4kDot4Generic(w, stride, recs, nb, x, r)
-		return
+// dotFloat2x4 dots two f32/f16/bf16 weight rows (stride bytes apart, k
+// values) with four float32 activation rows (k apart in x) into
+// r[4·row+act]; callers check hasFloat2x4 first.
+func dotFloat2x4(typ quant.Type, w []byte, stride, k int, x []float32, r *[8]float32) {
+	esz := 2
+	if typ == quant.F32 {
+		esz = 4
 	}
-	_ = w[3*stride+144*nb-1]
-	_ = recs[4*nb*kScaleRec-1]
-	_ = x[292*nb-1]
-	q4kDot4Fast(&w[0], stride, &recs[0], nb, &x[0], r)
-}
-
-func q6kDot4(w []byte, stride int, recs []byte, nb int, x []byte, r *[4]float32) {
-	if !fast || !fastQ4K || nb == 0 {
-		q6kDot4Generic(w, stride, recs, nb, x, r)
-		return
+	_ = w[stride+esz*k-1]
+	_ = x[4*k-1]
+	n8 := k / 8
+	if n8 > 0 {
+		dotFloat2x4Fast(typ, &w[0], stride, &x[0], 4*k, n8, r)
+	} else {
+		clear(r[:])
 	}
-	_ = w[3*stride+210*nb-1]
-	_ = recs[4*nb*k6ScaleRec-1]
-	_ = x[292*nb-1]
-	q6kDot4Fast(&w[0], stride, &recs[0], nb, &x[0], r)
+	for row := 0; row < 2; row++ {
+		for i := 8 * n8; i < k; i++ {
+			v := floatAt(typ, w[row*stride+esz*i:])
+			for a := 0; a < 4; a++ {
+				r[4*row+a] += v * x[a*k+i]
+			}
+		}
+	}
 }

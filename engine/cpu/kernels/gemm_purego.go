@@ -2,6 +2,8 @@
 
 package kernels
 
+import "github.com/clefrt/clef/quant"
+
 // Without assembly every kernel is its generic twin.
 
 const accelerated = "generic"
@@ -14,14 +16,13 @@ func kDot4(tile []byte, nb int, x []byte, r *[4]float32) { kDot4Generic(tile, nb
 
 func dotF32x4(w []float32, k int, x []float32, r *[4]float32) { dotF32x4Generic(w, k, x, r) }
 
+// fastHalf reports whether dotHalfx4 has a fast version.
+const fastHalf = false
+
+func hasFloat2x4() bool { return false }
+
+func dotFloat2x4(typ quant.Type, w []byte, stride, k int, x []float32, r *[8]float32) {
+	panic("unreachable: hasFloat2x4 is false")
+}
+
 func dotHalfx4(bf16 bool, w []byte, stride, k int, x []float32, r *[4]float32) bool { return false }
-
-func useQ4K() bool { return false }
-
-func q4kDot4(w []byte, stride int, recs []byte, nb int, x []byte, r *[4]float32) {
-	q4kDot4Generic(w, stride, recs, nb, x, r)
-}
-
-func q6kDot4(w []byte, stride int, recs []byte, nb int, x []byte, r *[4]float32) {
-	q6kDot4Generic(w, stride, recs, nb, x, r)
-}

@@ -163,6 +163,27 @@ func TestFastMatchesGeneric(t *testing.T) {
 	dotQ8_0x4(w, 34*k/32, x, k/32, &fast)
 	dotQ8_0x4Generic(w, 34*k/32, x, k/32, &gen)
 	check("q8_0", fast, gen, wf, xf)
+	if hasQ8_0x2x4() {
+		w, x, wf, xf := operands(t, quant.Q8_0, 2, 4, k, 4)
+		nb := k / 32
+		xd := make([]float32, 4*nb)
+		for i := range xd {
+			xd[i] = quant.Float16ToFloat32(le.Uint16(x[34*i:]))
+		}
+		var f8, g8 [8]float32
+		dotQ8_0x2x4(w, 34*nb, x, 34*nb, xd, nb, &f8)
+		dotQ8_0x2x4Generic(w, 34*nb, x, 34*nb, nb, &g8)
+		for i := range f8 {
+			row, a := i/4, i%4
+			var abs float64
+			for c := 0; c < k; c++ {
+				abs += math.Abs(float64(wf[row*k+c]) * float64(xf[a*k+c]))
+			}
+			if d := math.Abs(float64(f8[i] - g8[i])); !(d <= 1e-6*abs) {
+				t.Errorf("q8_0 2x4 w%d·x%d: fast %g, generic %g", row, a, f8[i], g8[i])
+			}
+		}
+	}
 	for _, typ := range []quant.Type{quant.Q2_K, quant.Q3_K, quant.Q4_K, quant.Q5_K, quant.Q6_K} {
 		w, x, wf, xf := operands(t, typ, 4, 1, k, 5)
 		wRow, _ := quant.RowBytes(typ, k)
@@ -172,30 +193,30 @@ func TestFastMatchesGeneric(t *testing.T) {
 		kDot4Generic(tile, k/256, x, &gen)
 		check(typ.String(), fast, gen, wf, xf)
 	}
-	{
-		w, x, wf, xf := operands(t, quant.Q4_K, 4, 1, k, 7)
-		recs := make([]byte, 4*(k/256)*kScaleRec)
-		decodeQ4KScales(recs, w, 4, 144*k/256, k/256)
-		q4kDot4(w, 144*k/256, recs, k/256, x, &fast)
-		q4kDot4Generic(w, 144*k/256, recs, k/256, x, &gen)
-		check("q4_K packed", fast, gen, wf, xf)
-		// The generic twin against the decoded-tile kernel's generic twin.
-		tile := make([]byte, 4*(k/256)*kRec)
-		decodeKTile(quant.Q4_K, tile, w, 4, 144*k/256, k/256, 144)
-		kDot4Generic(tile, k/256, x, &fast)
-		check("q4_K packed generic", gen, fast, wf, xf)
-	}
-	{
-		w, x, wf, xf := operands(t, quant.Q6_K, 4, 1, k, 8)
-		recs := make([]byte, 4*(k/256)*k6ScaleRec)
-		decodeQ6KScales(recs, w, 4, 210*k/256, k/256)
-		q6kDot4(w, 210*k/256, recs, k/256, x, &fast)
-		q6kDot4Generic(w, 210*k/256, recs, k/256, x, &gen)
-		check("q6_K packed", fast, gen, wf, xf)
-		tile := make([]byte, 4*(k/256)*kRec)
-		decodeKTile(quant.Q6_K, tile, w, 4, 210*k/256, k/256, 210)
-		kDot4Generic(tile, k/256, x, &fast)
-		check("q6_K packed generic", gen, fast, wf, xf)
+	for _, typ := range []quant.Type{quant.F32, quant.F16, quant.BF16} {
+		// Two weight rows × four activation rows, k not a multiple of 8.
+		const k = 1003
+		w, _, wf, _ := operands(t, typ, 2, 1, k, 10)
+		_, _, _, xf := operands(t, quant.F32, 1, 4, k, 12)
+		wRow, _ := quant.RowBytes(typ, k)
+		if !hasFloat2x4() {
+			continue
+		}
+		var r8 [8]float32
+		dotFloat2x4(typ, w, wRow, k, xf, &r8)
+		for row := 0; row < 2; row++ {
+			for a := 0; a < 4; a++ {
+				var ref, abs float64
+				for c := 0; c < k; c++ {
+					p := float64(wf[row*k+c]) * float64(xf[a*k+c])
+					ref += p
+					abs += math.Abs(p)
+				}
+				if d := math.Abs(float64(r8[4*row+a]) - ref); !(d <= 1e-6*abs) {
+					t.Errorf("%v 2x4 w%d·x%d: %g, want %g", typ, row, a, r8[4*row+a], ref)
+				}
+			}
+		}
 	}
 	_, _, wf, xf = operands(t, quant.F32, 4, 1, k, 9)
 	dotF32x4(wf, k, xf, &fast)
@@ -229,9 +250,11 @@ func TestGEMMBadInput(t *testing.T) {
 }
 
 func BenchmarkGEMM(b *testing.B) {
-	const n, k = 256, 2048
+	// The shapes of an MoE expert's projections in a prefill: m tokens
+	// routed to the expert, n = 768 outputs, k = 2048 inputs.
+	const n, k = 768, 2048
 	for _, typ := range gemmTypes {
-		for _, m := range []int{1, 8, 128} {
+		for _, m := range []int{1, 8, 32, 128} {
 			b.Run(fmt.Sprintf("%v/m=%d", typ, m), func(b *testing.B) {
 				w, x, _, _ := operands(b, typ, n, m, k, 1)
 				out := make([]float32, m*n)

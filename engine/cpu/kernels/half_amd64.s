@@ -49,6 +49,76 @@
 	VCVTPH2PS (reg)(AX*1), Y1 \
 	VFMADD231PS Y1, Y0, acc
 
+// HSUM14 is HSUM with X14 as scratch.
+#define HSUM14(acc, xacc) \
+	VEXTRACTF128 $1, acc, X14 \
+	VADDPS X14, xacc, xacc \
+	VMOVHLPS xacc, X14, X14 \
+	VADDPS X14, xacc, xacc \
+	VMOVSHDUP xacc, X14 \
+	VADDSS X14, xacc, xacc
+
+// Two weight rows × four activation rows: the widened weights are used
+// four times, the activations twice, all from registers.
+
+#define SETUP2x4 \
+	MOVQ w+0(FP), SI \
+	MOVQ stride+8(FP), BX \
+	MOVQ x+16(FP), DI \
+	MOVQ xstride+24(FP), R12 \
+	MOVQ n8+32(FP), CX \
+	MOVQ r+40(FP), DX \
+	LEAQ (SI)(BX*1), R8 \
+	LEAQ (DI)(R12*1), R9 \
+	LEAQ (R9)(R12*1), R10 \
+	LEAQ (R10)(R12*1), R11 \
+	VXORPS Y0, Y0, Y0 \
+	VXORPS Y1, Y1, Y1 \
+	VXORPS Y2, Y2, Y2 \
+	VXORPS Y3, Y3, Y3 \
+	VXORPS Y4, Y4, Y4 \
+	VXORPS Y5, Y5, Y5 \
+	VXORPS Y6, Y6, Y6 \
+	VXORPS Y7, Y7, Y7 \
+	XORQ AX, AX \
+	XORQ R13, R13
+
+// FMA2x4 multiplies the weights in Y8 (row 0) and Y9 (row 1) with the
+// activations at R13 of the four rows.
+#define FMA2x4 \
+	VMOVUPS (DI)(R13*1), Y10 \
+	VMOVUPS (R9)(R13*1), Y11 \
+	VMOVUPS (R10)(R13*1), Y12 \
+	VMOVUPS (R11)(R13*1), Y13 \
+	VFMADD231PS Y8, Y10, Y0 \
+	VFMADD231PS Y8, Y11, Y1 \
+	VFMADD231PS Y8, Y12, Y2 \
+	VFMADD231PS Y8, Y13, Y3 \
+	VFMADD231PS Y9, Y10, Y4 \
+	VFMADD231PS Y9, Y11, Y5 \
+	VFMADD231PS Y9, Y12, Y6 \
+	VFMADD231PS Y9, Y13, Y7 \
+	ADDQ $32, R13
+
+#define STORE8 \
+	HSUM14(Y0, X0) \
+	HSUM14(Y1, X1) \
+	HSUM14(Y2, X2) \
+	HSUM14(Y3, X3) \
+	VMOVSS X0, 0(DX) \
+	VMOVSS X1, 4(DX) \
+	VMOVSS X2, 8(DX) \
+	VMOVSS X3, 12(DX) \
+	HSUM14(Y4, X4) \
+	HSUM14(Y5, X5) \
+	HSUM14(Y6, X6) \
+	HSUM14(Y7, X7) \
+	VMOVSS X4, 16(DX) \
+	VMOVSS X5, 20(DX) \
+	VMOVSS X6, 24(DX) \
+	VMOVSS X7, 28(DX) \
+	VZEROUPPER
+
 // func dotBF16x4AVX2(w *byte, stride int, x *float32, n8 int, r *[4]float32)
 // Dots the first 8·n8 values of four bf16 rows (stride bytes apart) with
 // float32 activations.
@@ -84,4 +154,52 @@ hloop:
 	DECQ CX
 	JNZ hloop
 	STORE4
+	RET
+
+// func dotBF16x2x4AVX2(w *byte, stride int, x *float32, xstride int, n8 int, r *[8]float32)
+// Dots the first 8·n8 values of two bf16 rows (stride bytes apart) with
+// four float32 activation rows (xstride bytes apart): r[4·row+act].
+TEXT ·dotBF16x2x4AVX2(SB), NOSPLIT, $0-48
+	SETUP2x4
+
+bf2x4:
+	VPMOVZXWD (SI)(AX*1), Y8
+	VPSLLD $16, Y8, Y8
+	VPMOVZXWD (R8)(AX*1), Y9
+	VPSLLD $16, Y9, Y9
+	FMA2x4
+	ADDQ $16, AX
+	DECQ CX
+	JNZ bf2x4
+	STORE8
+	RET
+
+// func dotF16x2x4AVX2(w *byte, stride int, x *float32, xstride int, n8 int, r *[8]float32)
+// The same for fp16 rows.
+TEXT ·dotF16x2x4AVX2(SB), NOSPLIT, $0-48
+	SETUP2x4
+
+h2x4:
+	VCVTPH2PS (SI)(AX*1), Y8
+	VCVTPH2PS (R8)(AX*1), Y9
+	FMA2x4
+	ADDQ $16, AX
+	DECQ CX
+	JNZ h2x4
+	STORE8
+	RET
+
+// func dotF32x2x4AVX2(w *byte, stride int, x *float32, xstride int, n8 int, r *[8]float32)
+// The same for float32 rows.
+TEXT ·dotF32x2x4AVX2(SB), NOSPLIT, $0-48
+	SETUP2x4
+
+f2x4:
+	VMOVUPS (SI)(AX*2), Y8
+	VMOVUPS (R8)(AX*2), Y9
+	FMA2x4
+	ADDQ $16, AX
+	DECQ CX
+	JNZ f2x4
+	STORE8
 	RET

@@ -1,0 +1,10 @@
+//go:build !amd64 || purego
+
+package kernels
+
+// hasQ8_0x2x4 reports false: there is no fast two-by-four q8_0 kernel here.
+func hasQ8_0x2x4() bool { return false }
+
+func dotQ8_0x2x4Fast(w []byte, stride int, x []byte, xstride int, xd []float32, nb int, r *[8]float32) {
+	panic("unreachable: hasQ8_0x2x4 is false")
+}
