@@ -363,9 +363,12 @@ func (c *Controller) watch(ctx context.Context, show func(Summary)) {
 	t := time.NewTicker(c.opts.Poll)
 	defer t.Stop()
 	for {
-		pctx, cancel := context.WithTimeout(ctx, c.opts.Poll)
+		pctx, cancel := context.WithTimeout(ctx, max(c.opts.Poll, 2*time.Second))
 		ps, err := c.client.PS(pctx)
 		cancel()
+		if ctx.Err() != nil {
+			return // stopping: the failed poll says nothing about the daemon
+		}
 		s := Summarize(ps, err)
 		if first || s != last {
 			show(s)

@@ -221,7 +221,16 @@ func (b *Backend) Weight(t *weights.Tensor) (*backend.Tensor, error) {
 		return nil, fmt.Errorf("metal: weight %s: %d bytes, want %d for %v %v", t.Name, len(t.Data), rows*h.rowBytes, t.Type, t.Shape)
 	}
 	var err error
-	if h.buf, h.off, err = b.dev.Wrap(t.Data); err != nil {
+	if a := loadAlign(t.Type); uintptr(unsafe.Pointer(unsafe.SliceData(t.Data)))%uintptr(a) != 0 {
+		// The kernels load these blocks as 16- or 32-bit words
+		// (shaders/quants.h): a tensor whose mapped bytes are not so aligned
+		// is copied into a fresh buffer, which is.
+		h.buf, err = b.dev.Upload(t.Data)
+		h.off = 0
+	} else {
+		h.buf, h.off, err = b.dev.Wrap(t.Data)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("metal: weight %s: %w", t.Name, err)
 	}
 	if h.sRowBytes > 0 {
@@ -235,6 +244,19 @@ func (b *Backend) Weight(t *weights.Tensor) (*backend.Tensor, error) {
 		h.sBuf, h.sOff, h.bBuf, h.bOff = h.buf, h.off, h.buf, h.off
 	}
 	return &backend.Tensor{Type: t.Type, Shape: append([]int(nil), t.Shape...), Handle: h}, nil
+}
+
+// loadAlign is the alignment, in bytes, that the kernels' wide loads need of
+// a weight's first byte (shaders/quants.h): every block of the tensor then
+// has it too.
+func loadAlign(t quant.Type) int {
+	switch t {
+	case quant.Q4_K, quant.MLXAffine4, quant.MLXAffine8:
+		return 4
+	case quant.Q8_0, quant.Q6_K:
+		return 2
+	}
+	return 1
 }
 
 func f32Bytes(v []float32) []byte {

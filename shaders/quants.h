@@ -3,9 +3,16 @@
 //   dq16(w, s, b, chunk, gs, sbf16, out): elements [16*chunk, 16*chunk+16) of
 //     one row starting at w (s, b: that row's MLX scales and biases);
 //   dq1(w, s, b, e, gs, sbf16): element e (for row tails of the float formats).
-// Layouts follow ggml (testdata/quant/README.md) and MLX affine packing; all
-// loads are byte loads because ggml blocks are not 4-byte aligned. The
+// Layouts follow ggml (testdata/quant/README.md) and MLX affine packing. The
 // products are ordered as ggml orders them, so the results are bit-exact.
+//
+// Loads: q4_K, q8_0, q6_K and the MLX codes are read with 16- or 32-bit loads
+// (ld_u16, ld_u32), the other formats byte by byte. A block keeps the
+// alignment of its tensor's first byte when its size is a multiple of it:
+// q4_K (144 B) and MLX chunks (16 codes: 8 or 16 B of uint32 words) are
+// 4-byte aligned, q8_0 (34 B) and q6_K (210 B) 2-byte aligned.
+// The host guarantees the first byte (metal.Backend.Weight copies a tensor
+// whose mapped bytes are not so aligned); the emulator checks every wide load.
 #ifndef CLEF_QUANTS_H
 #define CLEF_QUANTS_H
 
@@ -21,6 +28,29 @@ static inline float ld_f32(device const uchar *p) {
   return as_type<float>(uint(p[0]) | (uint(p[1]) << 8) | (uint(p[2]) << 16) | (uint(p[3]) << 24));
 }
 static inline int ld_i8(device const uchar *p) { return int(p[0]) - (p[0] >= 128 ? 256 : 0); }
+
+// ld_u16 and ld_u32 load a little-endian 16- or 32-bit word at p, which must
+// be 2- or 4-byte aligned.
+static inline uint ld_u16(device const uchar *p) {
+#ifdef MSL_SHIM
+  msl::check_aligned(p, 2, "ld_u16");
+#endif
+  return uint(*((device const ushort *)p));
+}
+static inline uint ld_u32(device const uchar *p) {
+#ifdef MSL_SHIM
+  msl::check_aligned(p, 4, "ld_u32");
+#endif
+  return *((device const uint *)p);
+}
+// f16_lo and f16_hi decode the f16 in the low or high half of a word.
+static inline float f16_lo(uint u) { return float(as_type<half>(ushort(u & 0xffffu))); }
+static inline float f16_hi(uint u) { return float(as_type<half>(ushort(u >> 16))); }
+// i8_of returns the signed byte i (0 or 1) of a 16-bit word.
+static inline int i8_of(uint u, int i) {
+  const int v = int((u >> (8 * i)) & 255u);
+  return v - (v >= 128 ? 256 : 0);
+}
 
 struct fmt_f32 {
   static inline float dq1(QARGS, int e, int gs, int sbf16) { return ld_f32(w + 4 * e); }
@@ -52,11 +82,13 @@ struct fmt_bf16 {
 // q8_0: 32 elements, 34 bytes: d f16, qs int8[32].
 struct fmt_q8_0 {
   static inline void dq16(QARGS, int c, int gs, int sbf16, thread float *o) {
-    device const uchar *blk = w + 34 * (c / 2);
-    const float d = ld_f16(blk);
+    device const uchar *blk = w + 34 * (c / 2); // 2-byte aligned
+    const float d = f16_lo(ld_u16(blk));
     device const uchar *qs = blk + 2 + 16 * (c % 2);
-    for (int j = 0; j < 16; j++) {
-      o[j] = d * float(ld_i8(qs + j));
+    for (int j = 0; j < 8; j++) {
+      const uint u = ld_u16(qs + 2 * j);
+      o[2 * j] = d * float(i8_of(u, 0));
+      o[2 * j + 1] = d * float(i8_of(u, 1));
     }
   }
   static inline float dq1(QARGS, int e, int gs, int sbf16) {
@@ -114,16 +146,29 @@ static inline void scale_min_k4(int j, device const uchar *q, thread float &sc, 
 // sub-blocks of 32; qs[32c..32c+31] hold sub 2c (low nibbles) and 2c+1 (high).
 struct fmt_q4_K {
   static inline void dq16(QARGS, int c, int gs, int sbf16, thread float *o) {
-    device const uchar *blk = w + 144 * (c / 16);
+    device const uchar *blk = w + 144 * (c / 16); // 4-byte aligned
     const int c16 = c % 16, sub = c16 / 2, l0 = 16 * (c16 % 2);
-    const float d = ld_f16(blk), dmin = ld_f16(blk + 2);
+    const uint dd = ld_u32(blk);
+    const float d = f16_lo(dd), dmin = f16_hi(dd);
+    // scales[12] as three words; byte i of word k is scales[4k + i].
+    const int sb = 8 * (sub % 4);
+    const uint s0 = ld_u32(blk + 4) >> sb, s1 = ld_u32(blk + 8) >> sb, s2 = ld_u32(blk + 12) >> sb;
     float sc, m;
-    scale_min_k4(sub, blk + 4, sc, m);
+    if (sub < 4) {
+      sc = float(s0 & 63u);
+      m = float(s1 & 63u);
+    } else {
+      sc = float((s2 & 15u) | (((s0 & 255u) >> 6) << 4));
+      m = float(((s2 & 255u) >> 4) | (((s1 & 255u) >> 6) << 4));
+    }
     const float d1 = d * sc, m1 = dmin * m;
     device const uchar *qs = blk + 16 + 32 * (sub / 2) + l0;
     const int shift = 4 * (sub % 2);
-    for (int j = 0; j < 16; j++) {
-      o[j] = d1 * float((qs[j] >> shift) & 15) - m1;
+    for (int k = 0; k < 4; k++) {
+      const uint q = ld_u32(qs + 4 * k) >> shift;
+      for (int i = 0; i < 4; i++) {
+        o[4 * k + i] = d1 * float((q >> (8 * i)) & 15u) - m1;
+      }
     }
   }
   static inline float dq1(QARGS, int e, int gs, int sbf16) {
@@ -160,17 +205,20 @@ struct fmt_q5_K {
 // q6_K: 256 elements, 210 bytes: ql[128], qh[64], scales int8[16], d.
 struct fmt_q6_K {
   static inline void dq16(QARGS, int c, int gs, int sbf16, thread float *o) {
-    device const uchar *blk = w + 210 * (c / 16);
+    device const uchar *blk = w + 210 * (c / 16); // 2-byte aligned
     const int e0 = 16 * (c % 16);
     const int h = e0 / 128, r = e0 % 128, quarter = r / 32, l0 = r % 32;
     device const uchar *ql = blk + 64 * h + l0 + 32 * (quarter % 2);
     device const uchar *qh = blk + 128 + 32 * h + l0;
     const int lshift = 4 * (quarter / 2), hshift = 2 * quarter;
-    const float d = ld_f16(blk + 208);
+    const float d = f16_lo(ld_u16(blk + 208));
     const float d1 = d * float(ld_i8(blk + 192 + 8 * h + l0 / 16 + 2 * quarter));
-    for (int j = 0; j < 16; j++) {
-      const int q = (((ql[j] >> lshift) & 15) | (((qh[j] >> hshift) & 3) << 4)) - 32;
-      o[j] = d1 * float(q);
+    for (int j = 0; j < 8; j++) {
+      const uint lo = ld_u16(ql + 2 * j) >> lshift, hi = ld_u16(qh + 2 * j) >> hshift;
+      for (int i = 0; i < 2; i++) {
+        const int q = int(((lo >> (8 * i)) & 15u) | (((hi >> (8 * i)) & 3u) << 4)) - 32;
+        o[2 * j + i] = d1 * float(q);
+      }
     }
   }
   static inline float dq1(QARGS, int e, int gs, int sbf16) {
@@ -233,11 +281,13 @@ template <int BITS> struct fmt_mlx {
   static inline void dq16(QARGS, int c, int gs, int sbf16, thread float *o) {
     const int e0 = 16 * c, g = e0 / gs;
     const float scale = sb(s, g, sbf16), bias = sb(b, g, sbf16);
-    device const uchar *p = w + e0 * BITS / 8;
-    for (int j = 0; j < 16; j++) {
-      const int bitpos = j * BITS;
-      const int q = (p[bitpos / 8] >> (bitpos % 8)) & ((1 << BITS) - 1);
-      o[j] = scale * float(q) + bias;
+    device const uchar *p = w + e0 * BITS / 8; // 4-byte aligned: whole words
+    const int per = 32 / BITS; // codes per word
+    for (int k = 0; k < 16 / per; k++) {
+      const uint u = ld_u32(p + 4 * k);
+      for (int i = 0; i < per; i++) {
+        o[per * k + i] = scale * float((u >> (BITS * i)) & ((1u << BITS) - 1u)) + bias;
+      }
     }
   }
   static inline float dq1(QARGS, int e, int gs, int sbf16) {

@@ -85,7 +85,7 @@ States: 256, 1k (1024), 4k, 16k tokens, or 64k (fills --max-length).`,
 	fl.StringVar(&f.reference, "reference", "", "model name the others are compared with (default: the most precise)")
 	fl.StringVar(&f.quants, "quants", "", "also quantize the first model to these types ("+strings.Join(fileTypeNames(), ",")+") and run them")
 	fl.StringVar(&f.work, "work", "", "directory for --quants outputs (default: a temporary one; kept when given, and reused)")
-	fl.StringVar(&f.synthetic, "synthetic-real-shape", "", "write (if missing) a real-shape synthetic model into DIR and benchmark it")
+	fl.StringVar(&f.synthetic, "synthetic-real-shape", "", "write a real-shape synthetic model into DIR (an existing one is reused as is) and benchmark it")
 	fl.IntVar(&f.layers, "layers", 4, "layers of the --synthetic-real-shape model")
 	fl.BoolVar(&f.kernels, "kernels", false, "also run the kernel microbenchmarks (see clef bench kernels)")
 	fl.DurationVar(&f.kernelTime, "kernel-time", 200*time.Millisecond, "minimum time per kernel measurement")

@@ -12,10 +12,10 @@ type arena struct {
 	pooled int // floats held in free
 }
 
-// arenaMaxFloats bounds what the arena keeps (64 MiB, a few chunks' worth
+// arenaMaxFloats bounds what the arena keeps (32 MiB, about one chunk's worth
 // of activations); past it, buffers of other sizes are dropped for the
 // garbage collector.
-const arenaMaxFloats = 16 << 20
+const arenaMaxFloats = 8 << 20
 
 // get returns a buffer of n floats with unspecified contents.
 func (a *arena) get(n int) []float32 {

@@ -12,3 +12,11 @@ func TestGEMMGenericFallback(t *testing.T) {
 	defer func() { fast = saved }()
 	gemmTable(t)
 }
+
+// TestPkRecsGeneric checks the Go scale decoding of the packed kernels.
+func TestPkRecsGeneric(t *testing.T) {
+	saved := fast
+	fast = false
+	defer func() { fast = saved }()
+	pkRecsCheck(t)
+}

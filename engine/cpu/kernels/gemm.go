@@ -44,6 +44,13 @@ func GEMM(typ quant.Type, w []byte, n, k int, xq []byte, m int, out []float32, l
 	if m == 0 || n == 0 {
 		return nil
 	}
+	if k == 0 {
+		// Empty dot products.
+		for i := 0; i < m; i++ {
+			clear(out[i*ldOut : i*ldOut+n])
+		}
+		return nil
+	}
 	switch typ {
 	case quant.Q8_0:
 		gemmQ8_0(w, wRow, n, k, xq, xRow, m, out, ldOut)

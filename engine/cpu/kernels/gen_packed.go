@@ -26,7 +26,8 @@ type format struct {
 	unpack    func(w string, c int)
 }
 
-// shift moves the bits of every byte of reg left (s > 0) or right (s < 0).
+// shift shifts the 16-bit words of reg left (s > 0) or right (s < 0) by
+// |s|; the mask that follows keeps only bits that stayed in their byte.
 func shift(reg string, s int) {
 	if s > 0 {
 		p("\tVPSLLW $%d, %s, %s", s, reg, reg)

@@ -27,12 +27,16 @@ const pkRec = 72
 // decodePkRecs fills the scale records of up to four rows (missing rows
 // zeroed) of type typ, bb bytes per block. It runs for every four weight
 // rows of every call, so with few activation rows it is a large part of the
-// work: the 6-bit scales are unpacked four at a time in uint32 words.
+// work: rows go to an assembly decoder where there is one (pkrec_amd64.s);
+// here the 6-bit scales are unpacked four at a time in uint32 words.
 func decodePkRecs(typ quant.Type, recs []byte, w []byte, rows, wRow, nb, bb int) {
 	for r := 0; r < 4; r++ {
 		rt := recs[r*nb*pkRec : (r+1)*nb*pkRec]
 		if r >= rows {
 			clear(rt)
+			continue
+		}
+		if decodePkRowFast(typ, rt, w[r*wRow:r*wRow+nb*bb], nb, bb) {
 			continue
 		}
 		for b := 0; b < nb; b++ {

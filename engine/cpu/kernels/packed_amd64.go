@@ -52,3 +52,38 @@ func packedKernels(typ quant.Type) *pkKernels {
 	}
 	return pkTable[typ]
 }
+
+//go:noescape
+func pkRecQ45AVX2(blk *byte, nb int, rec *byte, bb int)
+
+//go:noescape
+func pkRecQ6AVX2(blk *byte, nb int, rec *byte)
+
+//go:noescape
+func pkRecQ2AVX2(blk *byte, nb int, rec *byte)
+
+//go:noescape
+func pkRecQ3AVX2(blk *byte, nb int, rec *byte)
+
+// decodePkRowFast decodes the scale records of one weight row (nb blocks
+// of bb bytes) in assembly, reporting false when it cannot.
+func decodePkRowFast(typ quant.Type, rt, wr []byte, nb, bb int) bool {
+	if !fast || nb == 0 {
+		return false
+	}
+	_ = rt[nb*pkRec-1]
+	_ = wr[nb*bb-1]
+	switch typ {
+	case quant.Q2_K:
+		pkRecQ2AVX2(&wr[0], nb, &rt[0])
+	case quant.Q3_K:
+		pkRecQ3AVX2(&wr[0], nb, &rt[0])
+	case quant.Q4_K, quant.Q5_K:
+		pkRecQ45AVX2(&wr[0], nb, &rt[0], bb)
+	case quant.Q6_K:
+		pkRecQ6AVX2(&wr[0], nb, &rt[0])
+	default:
+		return false
+	}
+	return true
+}

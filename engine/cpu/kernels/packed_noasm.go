@@ -6,3 +6,6 @@ import "github.com/clefrt/clef/quant"
 
 // packedKernels returns nil: there are no packed-weight kernels here.
 func packedKernels(typ quant.Type) *pkKernels { return nil }
+
+// decodePkRowFast reports false: there is no assembly decoder here.
+func decodePkRowFast(typ quant.Type, rt, wr []byte, nb, bb int) bool { return false }

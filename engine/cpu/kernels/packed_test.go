@@ -65,9 +65,10 @@ func TestPackedMatchesGeneric(t *testing.T) {
 	}
 }
 
-// TestPkRecs checks the fast scale decoding against kScales on random
-// blocks.
-func TestPkRecs(t *testing.T) {
+// TestPkRecs checks the scale decoding against kScales on random blocks.
+func TestPkRecs(t *testing.T) { pkRecsCheck(t) }
+
+func pkRecsCheck(t *testing.T) {
 	const k = 1024
 	for _, typ := range kTypes {
 		w, _, _, _ := operands(t, typ, 3, 1, k, 5)
@@ -95,6 +96,21 @@ func TestPkRecs(t *testing.T) {
 				if gs, gb := math.Float32frombits(le.Uint32(rec[64:])), math.Float32frombits(le.Uint32(rec[68:])); gs != fS || gb != fB {
 					t.Fatalf("%v row %d block %d: fS %g fB %g, want %g %g", typ, r, b, gs, gb, fS, fB)
 				}
+			}
+		}
+	}
+}
+
+// TestGEMMZeroK checks that an empty dot product gives zeros for every type.
+func TestGEMMZeroK(t *testing.T) {
+	for _, typ := range gemmTypes {
+		out := []float32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+		if err := GEMM(typ, nil, 5, 0, nil, 2, out, 5); err != nil {
+			t.Fatalf("%v: %v", typ, err)
+		}
+		for i, v := range out {
+			if v != 0 {
+				t.Fatalf("%v: out[%d] = %g, want 0", typ, i, v)
 			}
 		}
 	}

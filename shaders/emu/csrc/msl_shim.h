@@ -13,6 +13,8 @@
 #pragma once
 
 #include <stdint.h>
+#include <stdio.h>
+#include <unistd.h>
 #include <string.h>
 #include <type_traits>
 
@@ -109,6 +111,17 @@ template <class V, class... A> inline V make(A... a) {
     for (int k = 0; k < N; k++)
       v[k] = buf[k];
     return v;
+  }
+}
+
+// check_aligned stops the run when a wide load (shaders/quants.h ld_u16,
+// ld_u32) is given an address that is not a multiple of its size: x86 would
+// load it anyway, a GPU may not, so the emulation must not hide it.
+inline void check_aligned(const void *p, unsigned long n, const char *what) {
+  if ((reinterpret_cast<uintptr_t>(p) & (n - 1)) != 0) {
+    fprintf(stderr, "msl-emu: misaligned %s at %p (needs %lu-byte alignment)\n", what, p, n);
+    fflush(stderr);
+    _exit(3);
   }
 }
 
