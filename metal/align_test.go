@@ -21,6 +21,7 @@ func (g *countGPU) Upload(data []byte) (gbuf, error) {
 	g.uploads++
 	return &emuBuf{data: append([]byte(nil), data...)}, nil
 }
+func (g *countGPU) WrapAlias(data []byte) (gbuf, int, error) { return &emuBuf{data: data}, 0, nil }
 func (g *countGPU) Wrap(data []byte) (gbuf, int, error) {
 	g.wraps++
 	return &emuBuf{data: data}, 0, nil

@@ -21,6 +21,24 @@ type Backend struct {
 	name string
 	// normCache holds float32 copies of non-f32 norm weights.
 	normCache map[*tensor]*tensor
+	// stacks caches the one view over an expert set whose experts lie back
+	// to back in memory (nil: they do not).
+	stacks map[stackKey]*stack
+}
+
+// stackKey names an expert set by its first and last tensors and length.
+type stackKey struct {
+	first, last *tensor
+	n           int
+}
+
+// stack is one view over E expert matrices that lie back to back with a
+// fixed stride (a GGUF *_exps tensor), so that one gathered launch reaches
+// every expert: expert e starts e*stride bytes after the view's offset.
+type stack struct {
+	buf, sBuf, bBuf gbuf
+	off, sOff, bOff int
+	stride, sStride int
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -47,7 +65,7 @@ type tensor struct {
 }
 
 func newBackend(dev gpu, name string) *Backend {
-	return &Backend{dev: dev, name: name, normCache: map[*tensor]*tensor{}}
+	return &Backend{dev: dev, name: name, normCache: map[*tensor]*tensor{}, stacks: map[stackKey]*stack{}}
 }
 
 // Name returns the registry name.
@@ -729,11 +747,81 @@ func (b *Backend) Route(logits *backend.Tensor, k int, norm bool) (*backend.Tens
 	return wrapT(ids), wrapT(ws), err
 }
 
-// moeMatmul runs y[entry] = W_e x[row(entry)] for every routed entry: one
-// launch per expert, bound to that expert's own weights (checkpoint experts
-// need not be adjacent in memory), whose grid moe_grid wrote on the device
-// from the expert's token count, so an expert with no tokens launches nothing
-// and none waits for the host.
+// adjacent returns the one slice spanning parts when they lie back to back
+// in order (part e starts exactly where part e-1 ends), else nil. The span
+// is then exactly the union of the parts: no byte outside them is reached.
+func adjacent(parts [][]byte) []byte {
+	n := len(parts[0])
+	if n == 0 {
+		return nil
+	}
+	p0 := uintptr(unsafe.Pointer(unsafe.SliceData(parts[0])))
+	for e, p := range parts {
+		if len(p) != n || uintptr(unsafe.Pointer(unsafe.SliceData(p))) != p0+uintptr(e*n) {
+			return nil
+		}
+	}
+	return unsafe.Slice(unsafe.SliceData(parts[0]), n*len(parts))
+}
+
+// stackOf returns the view over experts ws when their bytes (and MLX scales
+// and biases) lie back to back and keep the kernels' alignment, else nil:
+// then each expert is launched on its own.
+func (b *Backend) stackOf(ws []*tensor) *stack {
+	k := stackKey{ws[0], ws[len(ws)-1], len(ws)}
+	if st, ok := b.stacks[k]; ok {
+		return st
+	}
+	st := b.buildStack(ws)
+	b.stacks[k] = st
+	return st
+}
+
+func (b *Backend) buildStack(ws []*tensor) *stack {
+	data := make([][]byte, len(ws))
+	var sc, bi [][]byte
+	for e, w := range ws {
+		if w.src == nil {
+			return nil
+		}
+		data[e] = w.src.Data
+		if w.sRowBytes > 0 {
+			sc, bi = append(sc, w.src.Scales.Data), append(bi, w.src.Biases.Data)
+		}
+	}
+	span := adjacent(data)
+	if span == nil || uintptr(unsafe.Pointer(unsafe.SliceData(span)))%uintptr(loadAlign(ws[0].typ)) != 0 {
+		return nil
+	}
+	st := &stack{stride: len(data[0])}
+	var err error
+	if st.buf, st.off, err = b.dev.WrapAlias(span); err != nil {
+		return nil // too large for one buffer, say: launch per expert
+	}
+	st.sBuf, st.sOff, st.bBuf, st.bOff = st.buf, st.off, st.buf, st.off
+	if sc != nil {
+		ss, bs := adjacent(sc), adjacent(bi)
+		if ss == nil || bs == nil {
+			return nil
+		}
+		st.sStride = len(sc[0])
+		if st.sBuf, st.sOff, err = b.dev.WrapAlias(ss); err != nil {
+			return nil
+		}
+		if st.bBuf, st.bOff, err = b.dev.WrapAlias(bs); err != nil {
+			return nil
+		}
+	}
+	return st
+}
+
+// moeMatmul runs y[entry] = W_e x[row(entry)] for every routed entry. When
+// the experts lie back to back (stackOf) it is one launch: moe_tiles lists
+// the non-empty (expert, token tile) pairs and writes the grid on the device,
+// and mul_mm_id_* runs exactly those tiles. Otherwise it is one launch per
+// expert, bound to that expert's own weights, whose grid moe_grid wrote on
+// the device from the expert's token count, so an expert with no tokens
+// launches nothing. Neither waits for the host.
 func (b *Backend) moeMatmul(xh *tensor, ws []*tensor, y *tensor, counts, lists gbuf, L, topk int, perSlot bool) error {
 	w0 := ws[0]
 	suffix, err := kernelSuffix(w0.typ)
@@ -741,6 +829,33 @@ func (b *Backend) moeMatmul(xh *tensor, ws []*tensor, y *tensor, counts, lists g
 		return err
 	}
 	E := len(ws)
+	a := KargsMatmul{M: int32(w0.rows), N: int32(L), K: int32(w0.cols), XStride: int32(xh.cols), YStride: int32(y.cols),
+		GroupSize: int32(w0.groupSize), RowBytes: uint64(w0.rowBytes), SRowBytes: uint64(w0.sRowBytes), ScaleBF16: b2i(w0.scaleBF16),
+		NExpert: 1, TopK: int32(topk), XPerSlot: b2i(perSlot)}
+	if st := b.stackOf(ws); st != nil {
+		nTiles := L*topk/32 + E + 1 // Σ ceil(count/32) <= L*topk/32 + E
+		tiles, err := b.dev.Alloc(8 * nTiles)
+		if err != nil {
+			return err
+		}
+		defer b.dev.Release(tiles)
+		grid, err := b.dev.Alloc(12)
+		if err != nil {
+			return err
+		}
+		defer b.dev.Release(grid)
+		ta := KargsMoe{NExpert: int32(E), Cols: int32(groups(w0.rows, 64))}
+		if err := b.run("moe_tiles", [3]int{1, 1, 1}, [3]int{256, 1, 1}, Bytes(&ta), arg{Index: 1, Buf: counts},
+			arg{Index: 2, Buf: tiles, Out: true}, arg{Index: 3, Buf: grid, Out: true}); err != nil {
+			return err
+		}
+		a.NExpert, a.Tiles = int32(E), 1
+		a.ExpertBytes, a.SExpertBytes = uint64(st.stride), uint64(st.sStride)
+		return b.dev.Dispatch(&dispatch{Kernel: "mul_mm_id_" + suffix, Group: [3]int{128, 1, 1}, Args: Bytes(&a),
+			Indirect: &arg{Buf: grid},
+			Bufs: []arg{{Index: 1, Buf: st.buf, Off: st.off}, {Index: 2, Buf: st.sBuf, Off: st.sOff}, {Index: 3, Buf: st.bBuf, Off: st.bOff},
+				in(4, xh), out(5, y), {Index: 6, Buf: counts}, {Index: 7, Buf: lists}, {Index: 8, Buf: tiles}}})
+	}
 	grids, err := b.dev.Alloc(12 * E)
 	if err != nil {
 		return err
@@ -751,17 +866,14 @@ func (b *Backend) moeMatmul(xh *tensor, ws []*tensor, y *tensor, counts, lists g
 		arg{Index: 1, Buf: counts}, arg{Index: 2, Buf: grids, Out: true}); err != nil {
 		return err
 	}
-	a := KargsMatmul{M: int32(w0.rows), N: int32(L), K: int32(w0.cols), XStride: int32(xh.cols), YStride: int32(y.cols),
-		GroupSize: int32(w0.groupSize), RowBytes: uint64(w0.rowBytes), SRowBytes: uint64(w0.sRowBytes), ScaleBF16: b2i(w0.scaleBF16),
-		NExpert: 1, TopK: int32(topk), XPerSlot: b2i(perSlot)}
 	args := Bytes(&a)
 	for e, w := range ws {
 		// The kernel reads expert tgpig.z = 0: bind this expert's count and
-		// list at its offset.
+		// list at its offset (buffer 8, the tile table, is not read).
 		err := b.dev.Dispatch(&dispatch{Kernel: "mul_mm_id_" + suffix, Group: [3]int{128, 1, 1}, Args: args,
 			Indirect: &arg{Buf: grids, Off: 12 * e},
 			Bufs: []arg{in(1, w), {Index: 2, Buf: w.sBuf, Off: w.sOff}, {Index: 3, Buf: w.bBuf, Off: w.bOff}, in(4, xh), out(5, y),
-				{Index: 6, Buf: counts, Off: 4 * e}, {Index: 7, Buf: lists, Off: 4 * e * L}}})
+				{Index: 6, Buf: counts, Off: 4 * e}, {Index: 7, Buf: lists, Off: 4 * e * L}, {Index: 8, Buf: counts}}})
 		if err != nil {
 			return err
 		}
@@ -838,7 +950,7 @@ func (b *Backend) MoE(x, ids, weights *backend.Tensor, experts []backend.Expert)
 	}
 	defer b.dev.Release(lists)
 	ma := KargsMoe{Tokens: int32(L), NExpert: int32(E), TopK: int32(k)}
-	if err := b.run("moe_map", [3]int{groups(E, 32), 1, 1}, [3]int{32, 1, 1}, Bytes(&ma), in(1, ih),
+	if err := b.run("moe_map", [3]int{E, 1, 1}, [3]int{256, 1, 1}, Bytes(&ma), in(1, ih),
 		arg{Index: 2, Buf: counts, Out: true}, arg{Index: 3, Buf: lists, Out: true}); err != nil {
 		return nil, err
 	}

@@ -94,6 +94,8 @@ func (g *emuGPU) Upload(data []byte) (gbuf, error) {
 
 func (g *emuGPU) Wrap(data []byte) (gbuf, int, error) { return &emuBuf{data: data}, 0, nil }
 
+func (g *emuGPU) WrapAlias(data []byte) (gbuf, int, error) { return &emuBuf{data: data}, 0, nil }
+
 func (g *emuGPU) Release(b gbuf) {}
 
 func (g *emuGPU) Close() error {

@@ -64,6 +64,10 @@ type gpu interface {
 	// allows, and the offset of data[0] in it. data must stay alive and
 	// unchanged while the buffer is in use.
 	Wrap(data []byte) (gbuf, int, error)
+	// WrapAlias is Wrap for bytes that Wrap has already bound piece by
+	// piece (a stack of experts): one more view of the same memory, not
+	// counted again against the working set.
+	WrapAlias(data []byte) (gbuf, int, error)
 	// Dispatch records (or runs) one kernel launch.
 	Dispatch(d *dispatch) error
 	// Read waits for the recorded work and copies len(dst) bytes from b at

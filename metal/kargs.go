@@ -78,6 +78,8 @@ type KargsMatmul struct {
 	NExpert      int32
 	TopK         int32
 	XPerSlot     int32
+	Tiles        int32
+	_            int32
 }
 
 // KargsMoe mirrors kargs_moe.

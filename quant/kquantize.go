@@ -231,12 +231,32 @@ func quantizeKSym(x, w []float32, qmin, qmax, smin, smax int, r *kSym) {
 	}
 }
 
-func quantizeQ2_K(dst []byte, src []float32, imatrix []float32) {
+// kAffineSearch returns the affine K-format search of the given mode.
+func kAffineSearch(exhaustive bool) func(x, w []float32, sub, nmax, smax int, r *kAffine) {
+	if exhaustive {
+		return quantizeKAffine
+	}
+	return quantizeKAffineFast
+}
+
+// kSymSearch returns the signed K-format search of the given mode.
+func kSymSearch(exhaustive bool) func(x, w []float32, qmin, qmax, smin, smax int, r *kSym) {
+	if exhaustive {
+		return quantizeKSym
+	}
+	return quantizeKSymFast
+}
+
+func quantizeQ2_K(dst []byte, src []float32, imatrix []float32) { encodeQ2_K(dst, src, imatrix, false) }
+
+// encodeQ2_K quantizes src to q2_K with the fast search, or with the
+// exhaustive reference search when exhaustive is set.
+func encodeQ2_K(dst []byte, src []float32, imatrix []float32, exhaustive bool) {
 	var wb, xb [256]float32
 	var r kAffine
 	for i := 0; i < len(src)/256; i++ {
 		x := flushTiny(xb[:], src[256*i:256*i+256])
-		quantizeKAffine(x, weightsOf(imatrix, 256*i, 256, wb[:]), 16, 3, 15, &r)
+		kAffineSearch(exhaustive)(x, weightsOf(imatrix, 256*i, 256, wb[:]), 16, 3, 15, &r)
 		b := dst[84*i : 84*i+84]
 		clear(b)
 		for j := 0; j < 16; j++ {
@@ -252,12 +272,16 @@ func quantizeQ2_K(dst []byte, src []float32, imatrix []float32) {
 	}
 }
 
-func quantizeQ4_K(dst []byte, src []float32, imatrix []float32) {
+func quantizeQ4_K(dst []byte, src []float32, imatrix []float32) { encodeQ4_K(dst, src, imatrix, false) }
+
+// encodeQ4_K quantizes src to q4_K with the fast search, or with the
+// exhaustive reference search when exhaustive is set.
+func encodeQ4_K(dst []byte, src []float32, imatrix []float32, exhaustive bool) {
 	var wb, xb [256]float32
 	var r kAffine
 	for i := 0; i < len(src)/256; i++ {
 		x := flushTiny(xb[:], src[256*i:256*i+256])
-		quantizeKAffine(x, weightsOf(imatrix, 256*i, 256, wb[:]), 32, 15, 63, &r)
+		kAffineSearch(exhaustive)(x, weightsOf(imatrix, 256*i, 256, wb[:]), 32, 15, 63, &r)
 		b := dst[144*i : 144*i+144]
 		putF16(b, r.d)
 		putF16(b[2:], r.dmin)
@@ -273,12 +297,16 @@ func quantizeQ4_K(dst []byte, src []float32, imatrix []float32) {
 	}
 }
 
-func quantizeQ5_K(dst []byte, src []float32, imatrix []float32) {
+func quantizeQ5_K(dst []byte, src []float32, imatrix []float32) { encodeQ5_K(dst, src, imatrix, false) }
+
+// encodeQ5_K quantizes src to q5_K with the fast search, or with the
+// exhaustive reference search when exhaustive is set.
+func encodeQ5_K(dst []byte, src []float32, imatrix []float32, exhaustive bool) {
 	var wb, xb [256]float32
 	var r kAffine
 	for i := 0; i < len(src)/256; i++ {
 		x := flushTiny(xb[:], src[256*i:256*i+256])
-		quantizeKAffine(x, weightsOf(imatrix, 256*i, 256, wb[:]), 32, 31, 63, &r)
+		kAffineSearch(exhaustive)(x, weightsOf(imatrix, 256*i, 256, wb[:]), 32, 31, 63, &r)
 		b := dst[176*i : 176*i+176]
 		putF16(b, r.d)
 		putF16(b[2:], r.dmin)
@@ -297,12 +325,16 @@ func quantizeQ5_K(dst []byte, src []float32, imatrix []float32) {
 	}
 }
 
-func quantizeQ3_K(dst []byte, src []float32, imatrix []float32) {
+func quantizeQ3_K(dst []byte, src []float32, imatrix []float32) { encodeQ3_K(dst, src, imatrix, false) }
+
+// encodeQ3_K quantizes src to q3_K with the fast search, or with the
+// exhaustive reference search when exhaustive is set.
+func encodeQ3_K(dst []byte, src []float32, imatrix []float32, exhaustive bool) {
 	var wb, xb [256]float32
 	var r kSym
 	for i := 0; i < len(src)/256; i++ {
 		x := flushTiny(xb[:], src[256*i:256*i+256])
-		quantizeKSym(x, weightsOf(imatrix, 256*i, 256, wb[:]), -4, 3, -32, 31, &r)
+		kSymSearch(exhaustive)(x, weightsOf(imatrix, 256*i, 256, wb[:]), -4, 3, -32, 31, &r)
 		b := dst[110*i : 110*i+110]
 		clear(b)
 		for j := 0; j < 16; j++ {
@@ -326,12 +358,16 @@ func quantizeQ3_K(dst []byte, src []float32, imatrix []float32) {
 	}
 }
 
-func quantizeQ6_K(dst []byte, src []float32, imatrix []float32) {
+func quantizeQ6_K(dst []byte, src []float32, imatrix []float32) { encodeQ6_K(dst, src, imatrix, false) }
+
+// encodeQ6_K quantizes src to q6_K with the fast search, or with the
+// exhaustive reference search when exhaustive is set.
+func encodeQ6_K(dst []byte, src []float32, imatrix []float32, exhaustive bool) {
 	var wb, xb [256]float32
 	var r kSym
 	for i := 0; i < len(src)/256; i++ {
 		x := flushTiny(xb[:], src[256*i:256*i+256])
-		quantizeKSym(x, weightsOf(imatrix, 256*i, 256, wb[:]), -32, 31, -128, 127, &r)
+		kSymSearch(exhaustive)(x, weightsOf(imatrix, 256*i, 256, wb[:]), -32, 31, -128, 127, &r)
 		b := dst[210*i : 210*i+210]
 		clear(b)
 		for j := 0; j < 16; j++ {

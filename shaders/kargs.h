@@ -83,6 +83,8 @@ typedef struct {
   KARGS_INT n_expert;        // _id: experts
   KARGS_INT topk;            // _id: slots per token
   KARGS_INT x_per_slot;      // _id: 1 if x has one row per (token, slot), 0 if one per token
+  KARGS_INT tiles;           // _id: 1: grid x indexes the tile table of moe_tiles, 0: grid x is a token tile of expert z
+  KARGS_INT _pad;
 } kargs_matmul;
 
 // MoE routing: logits [tokens][n_expert] -> ids, weights [tokens][topk];

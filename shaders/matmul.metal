@@ -9,10 +9,17 @@
 //                    into threadgroup memory, then 4 simdgroups each multiply a
 //                    16x32 sub-tile with 8x8 simdgroup matrices. Grid
 //                    (ceil(N/32), ceil(M/64), 1).
-//   mul_mm_id_<fmt>: the MoE gathered matmul: grid z = expert; the tile's token
-//                    rows come from the expert's list built by moe_map
-//                    (entries token*topk + slot), tiles past the list's end
-//                    return at once. Grid (ceil(N/32), ceil(M/64), n_expert).
+//   mul_mm_id_<fmt>: the MoE gathered matmul. The tile's token rows come from
+//                    an expert's list built by moe_map (entries
+//                    token*topk + slot). With args.tiles = 1 (one launch per
+//                    projection): grid x indexes the (expert, first entry)
+//                    table of moe_tiles, which holds only non-empty tiles;
+//                    grid (n_tiles, ceil(M/64), 1), read from the device.
+//                    With args.tiles = 0: grid z = expert, x = token tile,
+//                    tiles past the list's end return at once; grid
+//                    (ceil(N/32), ceil(M/64), n_expert). Expert e's weights
+//                    start e * expert_bytes after buffer 1 (2, 3: scales,
+//                    biases, e * s_expert_bytes).
 //   get_rows_<fmt>:  the embedding gather, one threadgroup per id.
 // K must be a whole number of blocks for the block formats (32 for MLX
 // groups); the float formats take any K.
@@ -182,11 +189,12 @@ static inline void mul_mm_impl(constant kargs_matmul &args, device const uchar *
 template <typename F>
 static inline void mul_mm_id_impl(constant kargs_matmul &args, device const uchar *w, device const uchar *ws,
                                   device const uchar *wb, device const float *x, device float *y,
-                                  device const int *counts, device const int *lists, threadgroup float *shmem,
-                                  threadgroup int *rows, threadgroup int *outs, uint3 tgpig, ushort tiitg,
-                                  ushort sgitg) {
-  const int e = tgpig.z;
-  const int n0 = tgpig.x * MM_BN, m0 = tgpig.y * MM_BM;
+                                  device const int *counts, device const int *lists, device const int *tiles,
+                                  threadgroup float *shmem, threadgroup int *rows, threadgroup int *outs, uint3 tgpig,
+                                  ushort tiitg, ushort sgitg) {
+  const int e = args.tiles ? tiles[2 * tgpig.x] : int(tgpig.z);
+  const int n0 = args.tiles ? tiles[2 * tgpig.x + 1] : int(tgpig.x) * MM_BN;
+  const int m0 = tgpig.y * MM_BM;
   const int count = counts[e];
   if (n0 >= count) {
     return; // uniform: the whole tile is past this expert's token list
@@ -243,7 +251,8 @@ static inline void get_rows_impl(constant kargs_get_rows &args, device const uch
 
 // Every entry point binds: 0 args, 1 W (or its packed codes), 2 MLX scales,
 // 3 MLX biases (bind W again for ggml formats), 4 x / ids, 5 y; mul_mm_id
-// also 6 per-expert counts and 7 per-expert lists.
+// also 6 per-expert counts, 7 per-expert lists and 8 the tile table (read
+// only when args.tiles = 1; bind any buffer otherwise).
 #define MM_PARAMS                                                                                       \
   constant kargs_matmul &args [[buffer(0)]], device const uchar *w [[buffer(1)]],                      \
       device const uchar *ws [[buffer(2)]], device const uchar *wb [[buffer(3)]],                       \
@@ -251,7 +260,8 @@ static inline void get_rows_impl(constant kargs_get_rows &args, device const uch
       uint3 tgpig [[threadgroup_position_in_grid]], ushort tiitg [[thread_index_in_threadgroup]],       \
       ushort tiisg [[thread_index_in_simdgroup]], ushort sgitg [[simdgroup_index_in_threadgroup]]
 #define MM_ID_PARAMS                                                                                    \
-  MM_PARAMS, device const int *counts [[buffer(6)]], device const int *lists [[buffer(7)]]
+  MM_PARAMS, device const int *counts [[buffer(6)]], device const int *lists [[buffer(7)]],            \
+      device const int *tiles [[buffer(8)]]
 #define GR_PARAMS                                                                                       \
   constant kargs_get_rows &args [[buffer(0)]], device const uchar *w [[buffer(1)]],                    \
       device const uchar *ws [[buffer(2)]], device const uchar *wb [[buffer(3)]],                       \
@@ -264,7 +274,7 @@ static inline void get_rows_impl(constant kargs_get_rows &args, device const uch
   mul_mm_impl<F>(args, w, ws, wb, x, y, shmem, rows, outs, tgpig, tiitg, sgitg)
 #define MM_ID_CALL(F)                                                                                   \
   MM_TG;                                                                                                \
-  mul_mm_id_impl<F>(args, w, ws, wb, x, y, counts, lists, shmem, rows, outs, tgpig, tiitg, sgitg)
+  mul_mm_id_impl<F>(args, w, ws, wb, x, y, counts, lists, tiles, shmem, rows, outs, tgpig, tiitg, sgitg)
 #define GR_CALL(F) get_rows_impl<F>(args, w, ws, wb, ids, y, tgpig, tiitg, ntg)
 
 kernel void mul_mv_f32(MM_PARAMS) { MV_CALL(fmt_f32); }

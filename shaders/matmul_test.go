@@ -354,9 +354,25 @@ func mulMmIDCase(f fmtInfo) kernelCase {
 			args.SExpertBytes = uint64(M * ws[0].sRow)
 			args.NExpert, args.TopK, args.XPerSlot = int32(E), int32(topk), int32(perSlot)
 			name := "mul_mm_id_" + f.name
-			out := runJob(t, h, &emu.Job{Kernel: name, Grid: [3]int{groups(T, 32), groups(M, 64), E}, Group: [3]int{128, 1, 1},
+			// perSlot 0 runs the one-launch form over moe_tiles' table (here
+			// built on the host, expert 1's tiles listed first to show the
+			// order does not matter), perSlot 1 the grid-z-per-expert form.
+			grid := [3]int{groups(T, 32), groups(M, 64), E}
+			var tiles []int32
+			if perSlot == 0 {
+				args.Tiles = 1
+				for _, e := range []int{1, 0, 2} {
+					for n0 := int32(0); n0 < counts[e]; n0 += 32 {
+						tiles = append(tiles, int32(e), n0)
+					}
+				}
+				grid = [3]int{len(tiles) / 2, groups(M, 64), 1}
+			} else {
+				tiles = []int32{-1, -1} // must not be read
+			}
+			out := runJob(t, h, &emu.Job{Kernel: name, Grid: grid, Group: [3]int{128, 1, 1},
 				Buffers: []emu.Buffer{{Index: 0, Data: metal.Bytes(&args)}, {Index: 1, Data: data}, {Index: 2, Data: sc}, {Index: 3, Data: bi}, {Index: 4, Data: emu.F32(x)}, {Index: 5, Data: emu.F32(y)},
-					{Index: 6, Data: emu.I32(counts)}, {Index: 7, Data: emu.I32(lists)}}})
+					{Index: 6, Data: emu.I32(counts)}, {Index: 7, Data: emu.I32(lists)}, {Index: 8, Data: emu.I32(tiles)}}})
 			got := emu.ToF32(out[5])
 			for tk := 0; tk < T; tk++ {
 				for s := 0; s < topk; s++ {

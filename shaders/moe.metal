@@ -4,9 +4,14 @@
 //                    token, grid ceil(tokens/64) x 64.
 //   moe_map:         per-expert lists of entries token*topk + slot in token
 //                    order (what mul_mm_id_* gathers) and their counts; one
-//                    thread per expert, grid ceil(n_expert/32) x 32. lists is
-//                    [n_expert][tokens].
-//   moe_grid:        per-expert indirect dispatch grids for mul_mm_id_*.
+//                    threadgroup of MAP_TG threads per expert scans the
+//                    routed entries MAP_TG at a time and places its hits with
+//                    a threadgroup prefix sum. Grid n_expert x MAP_TG; lists
+//                    is [n_expert][tokens].
+//   moe_tiles:       the tile table of the one-launch gathered matmul
+//                    (mul_mm_id_* with args.tiles = 1) and its indirect grid.
+//   moe_grid:        per-expert indirect dispatch grids for mul_mm_id_*
+//                    launched once per expert (args.tiles = 0).
 //   moe_combine_f32: y[t] = (residual[t] +) sum_s weight[t][s] * ys[t*topk+s],
 //                    one thread per element, grid ceil(tokens*cols/256) x 256.
 #include <metal_stdlib>
@@ -59,23 +64,92 @@ kernel void moe_topk_f32(constant kargs_moe &args [[buffer(0)]],
   }
 }
 
+// MAP_TG is the threadgroup size of moe_map and moe_tiles (the host
+// launches exactly this many threads).
+#define MAP_TG 256
+
+// tg_scan returns the exclusive prefix sum of v over the MAP_TG threads of
+// the threadgroup in index order, and their total in total. Every thread
+// must call it (it has barriers); part holds MAP_TG/32 ints.
+static inline int tg_scan(int v, threadgroup int *part, ushort tiisg, ushort sgitg, thread int &total) {
+  const int pre = simd_prefix_exclusive_sum(v);
+  const int sum = simd_sum(v);
+  if (tiisg == 0) {
+    part[sgitg] = sum;
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  int off = 0;
+  total = 0;
+  for (int g = 0; g < MAP_TG / 32; g++) {
+    off += g < int(sgitg) ? part[g] : 0;
+    total += part[g];
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup); // part is reused by the next call
+  return off + pre;
+}
+
 kernel void moe_map(constant kargs_moe &args [[buffer(0)]],
                     device const int *ids [[buffer(1)]],
                     device int *counts [[buffer(2)]],
                     device int *lists [[buffer(3)]],
-                    uint e [[thread_position_in_grid]]) {
-  if ((int)e >= args.n_expert) {
-    return;
+                    uint3 tgpig [[threadgroup_position_in_grid]],
+                    ushort tiitg [[thread_index_in_threadgroup]],
+                    ushort tiisg [[thread_index_in_simdgroup]],
+                    ushort sgitg [[simdgroup_index_in_threadgroup]]) {
+  threadgroup int part[MAP_TG / 32];
+  const int e = tgpig.x;
+  if (e >= args.n_expert) {
+    return; // uniform over the threadgroup
   }
   device int *list = lists + (ulong)e * args.tokens;
-  int n = 0;
   const int entries = args.tokens * args.topk;
-  for (int i = 0; i < entries; i++) {
-    if (ids[i] == (int)e) {
-      list[n++] = i;
+  int n = 0;
+  for (int base = 0; base < entries; base += MAP_TG) {
+    const int i = base + tiitg;
+    const int hit = i < entries && ids[i] == e ? 1 : 0;
+    int total;
+    const int at = n + tg_scan(hit, part, tiisg, sgitg, total);
+    if (hit) {
+      list[at] = i;
     }
+    n += total;
   }
-  counts[e] = n;
+  if (tiitg == 0) {
+    counts[e] = n;
+  }
+}
+
+// moe_tiles lists, for every expert in order, its token tiles as pairs
+// (expert, first list entry) = (e, 32*j) for j < ceil(counts[e]/32), and
+// writes grid = (number of pairs, args.cols row tiles, 1) for
+// dispatchThreadgroupsWithIndirectBuffer: one launch of mul_mm_id_* then
+// runs exactly the non-empty tiles. tiles holds at most
+// tokens*topk/32 + n_expert pairs. One threadgroup of MAP_TG threads.
+kernel void moe_tiles(constant kargs_moe &args [[buffer(0)]],
+                      device const int *counts [[buffer(1)]],
+                      device int *tiles [[buffer(2)]],
+                      device uint *grid [[buffer(3)]],
+                      ushort tiitg [[thread_index_in_threadgroup]],
+                      ushort tiisg [[thread_index_in_simdgroup]],
+                      ushort sgitg [[simdgroup_index_in_threadgroup]]) {
+  threadgroup int part[MAP_TG / 32];
+  int n = 0;
+  for (int base = 0; base < args.n_expert; base += MAP_TG) {
+    const int e = base + tiitg;
+    const int t = e < args.n_expert ? (counts[e] + 31) / 32 : 0;
+    int total;
+    const int at = n + tg_scan(t, part, tiisg, sgitg, total);
+    for (int j = 0; j < t; j++) {
+      tiles[2 * (at + j)] = e;
+      tiles[2 * (at + j) + 1] = 32 * j;
+    }
+    n += total;
+  }
+  if (tiitg == 0) {
+    grid[0] = uint(n);
+    grid[1] = uint(args.cols);
+    grid[2] = 1u;
+  }
 }
 
 kernel void moe_combine_f32(constant kargs_moe &args [[buffer(0)]],

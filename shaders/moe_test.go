@@ -52,10 +52,12 @@ func moeTopkCase(t *testing.T, h *emu.Harness, rng *rand.Rand) {
 }
 
 func moeMapCase(t *testing.T, h *emu.Harness, rng *rand.Rand) {
-	for _, sh := range []struct{ T, E, k int }{{37, 128, 8}, {3, 5, 2}} {
+	// 37 x 8 entries span two scan chunks of 256; 300 x 1 with 2 experts
+	// gives an expert more hits than one chunk holds.
+	for _, sh := range []struct{ T, E, k int }{{37, 128, 8}, {3, 5, 2}, {300, 2, 1}, {64, 8, 4}} {
 		ids, counts, lists := routing(rng, sh.T, sh.E, sh.k)
 		args := metal.KargsMoe{Tokens: int32(sh.T), NExpert: int32(sh.E), TopK: int32(sh.k)}
-		out := runJob(t, h, &emu.Job{Kernel: "moe_map", Grid: [3]int{groups(sh.E, 32), 1, 1}, Group: [3]int{32, 1, 1},
+		out := runJob(t, h, &emu.Job{Kernel: "moe_map", Grid: [3]int{sh.E, 1, 1}, Group: [3]int{256, 1, 1},
 			Buffers: []emu.Buffer{{Index: 0, Data: metal.Bytes(&args)}, {Index: 1, Data: emu.I32(ids)},
 				{Index: 2, Data: make([]byte, 4*sh.E)}, {Index: 3, Data: make([]byte, 4*sh.E*sh.T)}}})
 		gc, gl := emu.ToI32(out[2]), emu.ToI32(out[3])
@@ -117,7 +119,45 @@ func moeGridCase(t *testing.T, h *emu.Harness, rng *rand.Rand) {
 	}
 }
 
+// moeTilesCase checks the tile table against a sequential walk, with
+// experts past one scan chunk (300 > 256) and empty experts.
+func moeTilesCase(t *testing.T, h *emu.Harness, rng *rand.Rand) {
+	for _, E := range []int{37, 300} {
+		counts := make([]int32, E)
+		for i := range counts {
+			counts[i] = int32(rng.Intn(80))
+		}
+		counts[3], counts[4], counts[5] = 0, 32, 33
+		var want []int32
+		for e, c := range counts {
+			for j := int32(0); 32*j < c; j++ {
+				want = append(want, int32(e), 32*j)
+			}
+		}
+		cap := 2 * (E + 1 + len(want))
+		args := metal.KargsMoe{NExpert: int32(E), Cols: 7}
+		out := runJob(t, h, &emu.Job{Kernel: "moe_tiles", Grid: [3]int{1, 1, 1}, Group: [3]int{256, 1, 1},
+			Buffers: []emu.Buffer{{Index: 0, Data: metal.Bytes(&args)}, {Index: 1, Data: emu.I32(counts)},
+				{Index: 2, Data: emu.I32(make([]int32, cap))}, {Index: 3, Data: make([]byte, 12)}}})
+		g, tiles := emu.ToI32(out[3]), emu.ToI32(out[2])
+		if [3]int32{g[0], g[1], g[2]} != [3]int32{int32(len(want) / 2), 7, 1} {
+			t.Fatalf("E=%d: grid %v, want [%d 7 1]", E, g, len(want)/2)
+		}
+		for i := range want {
+			if tiles[i] != want[i] {
+				t.Fatalf("E=%d: tile word %d = %d, want %d", E, i, tiles[i], want[i])
+			}
+		}
+		for i := len(want); i < cap; i++ {
+			if tiles[i] != 0 {
+				t.Fatalf("E=%d: wrote past the table (word %d)", E, i)
+			}
+		}
+	}
+}
+
 func init() {
+	register("moe_tiles", moeTilesCase)
 	register("moe_grid", moeGridCase)
 	register("moe_topk_f32", moeTopkCase)
 	register("moe_map", moeMapCase)

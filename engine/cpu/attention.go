@@ -55,7 +55,7 @@ func (b *Backend) AttentionTail(q, k, v *backend.Tensor, nHead, nKV int, scale f
 		pair = 2
 	}
 	units := nHead / pair
-	out := b.mem.get(L * qc)
+	out := make([]float32, L*qc)
 	qBlocks := (L + attnQueryBlock - 1) / attnQueryBlock
 	b.parallelDynamic(units*qBlocks, func(_, item int) {
 		// Hand out the longest (last) query blocks first.

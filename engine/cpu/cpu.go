@@ -23,7 +23,6 @@ func init() {
 type Backend struct {
 	threads int
 	precise bool
-	mem     arena
 }
 
 var (
@@ -160,16 +159,15 @@ func (b *Backend) Read(ctx context.Context, t *backend.Tensor) ([]float32, error
 	return nil, fmt.Errorf("cpu: Read: unknown handle %T", t.Handle)
 }
 
-// Free drops the storage of activation tensors; weights stay mapped.
+// Free drops the storage of activation tensors (and views); weights stay
+// mapped. (Recycling freed buffers was measured: it raised the peak
+// resident set, since pooled buffers count as live for the collector.)
 func (b *Backend) Free(ts ...*backend.Tensor) {
 	for _, t := range ts {
 		if t == nil {
 			continue
 		}
-		if f, ok := t.Handle.([]float32); ok {
-			b.mem.put(f)
-		}
-		t.Handle = nil
+		t.Handle = nil // the collector reclaims activations
 	}
 }
 
@@ -184,7 +182,7 @@ func (b *Backend) Embed(table *backend.Tensor, ids []int) (*backend.Tensor, erro
 			return nil, fmt.Errorf("cpu: Embed: token id %d at position %d is outside the vocabulary [0, %d)", id, i, vocab)
 		}
 	}
-	out := b.mem.get(len(ids) * dim)
+	out := make([]float32, len(ids)*dim)
 	switch h := table.Handle.(type) {
 	case *weight:
 		b.parallel(len(ids), 1, func(lo, hi int) {
@@ -218,7 +216,7 @@ func (b *Backend) Add(x, y *backend.Tensor) (*backend.Tensor, error) {
 	if r != r2 || c != c2 {
 		return nil, fmt.Errorf("cpu: Add: shapes [%d %d] and [%d %d] differ", r, c, r2, c2)
 	}
-	out := b.mem.get(len(xf))
+	out := make([]float32, len(xf))
 	for i := range out {
 		out[i] = xf[i] + yf[i]
 	}
@@ -243,7 +241,7 @@ func (b *Backend) AddRows(x *backend.Tensor, rows []int, y *backend.Tensor) (*ba
 			return nil, fmt.Errorf("cpu: AddRows: row %d outside [0, %d)", row, r)
 		}
 	}
-	out := b.mem.get(len(xf))
+	out := make([]float32, len(xf))
 	copy(out, xf)
 	for i, row := range rows {
 		if row < 0 || row >= r {
@@ -285,7 +283,7 @@ func (b *Backend) Concat(ts ...*backend.Tensor) (*backend.Tensor, error) {
 		}
 		rows += r
 	}
-	out := b.mem.get(rows * cols)
+	out := make([]float32, rows*cols)
 	o := 0
 	for _, t := range ts {
 		f, _, _, _ := act(t, "Concat")

@@ -22,7 +22,7 @@ func (b *Backend) MatMul(x, w *backend.Tensor) (*backend.Tensor, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := b.mem.get(m * n)
+	out := make([]float32, m*n)
 	if h, ok := w.Handle.(*weight); ok && b.quantized(h) {
 		if err := b.matmulQ(out, xf, m, k, n, h); err != nil {
 			return nil, fmt.Errorf("cpu: MatMul %s: %w", h.t.Name, err)

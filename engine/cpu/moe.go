@@ -148,7 +148,7 @@ func (b *Backend) MoE(x, ids, weights *backend.Tensor, experts []backend.Expert)
 		projs[e] = moeProj{gate, up, down, gw, uw, dw, ffn}
 		active = append(active, e)
 	}
-	out := b.mem.zeroed(L * hidden)
+	out := make([]float32, L*hidden)
 	if L*k*hidden <= moeBufferFloats {
 		err = b.moeByExpert(out, xf, L, hidden, k, id, wf, active, projs, count, start, rowOf, slotAt)
 	} else {
@@ -211,8 +211,7 @@ func (b *Backend) gather(xf []float32, hidden, e int, count, start, rowOf []int)
 // rows), keeps every expert output, then sums each row's outputs weighted
 // in ascending expert order.
 func (b *Backend) moeByExpert(out, xf []float32, L, hidden, k int, id []int32, wf []float32, active []int, projs []moeProj, count, start, rowOf, slotAt []int) error {
-	y := b.mem.get(L * k * hidden) // expert outputs in gathered order
-	defer b.mem.put(y)
+	y := make([]float32, L*k*hidden) // expert outputs in gathered order
 	var first error
 	var mu sync.Mutex
 	b.parallelDynamic(len(active), func(_, ai int) {

@@ -25,7 +25,7 @@ func (b *Backend) RMSNorm(x, weight *backend.Tensor, eps float32) (*backend.Tens
 	}
 	w := make([]float32, g)
 	src(w, 0)
-	out := b.mem.get(len(xf))
+	out := make([]float32, len(xf))
 	groups := r * c / g
 	b.parallel(groups, 64, func(lo, hi int) {
 		for q := lo; q < hi; q++ {

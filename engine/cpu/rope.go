@@ -36,7 +36,7 @@ func (b *Backend) RoPE(x *backend.Tensor, pos [][3]int, r backend.RoPE) (*backen
 		inv[i] = float32(1 / float64(float32(math.Pow(r.Theta, float64(2*i)/float64(d)))))
 	}
 	heads := c / d
-	out := b.mem.get(len(xf))
+	out := make([]float32, len(xf))
 	b.parallel(rows, 16, func(lo, hi int) {
 		cos := make([]float32, half)
 		sin := make([]float32, half)

@@ -68,6 +68,30 @@ func dotFloat2x4Fast(typ quant.Type, w *byte, stride int, x *float32, xstride, n
 	}
 }
 
+//go:noescape
+func widenBF16AVX2(dst *float32, src *byte, n8 int)
+
+//go:noescape
+func widenF16AVX2(dst *float32, src *byte, n8 int)
+
+//go:noescape
+func widenF32AVX2(dst *float32, src *byte, n8 int)
+
+// fastWiden reports whether widenFast exists.
+const fastWiden = true
+
+// widenFast widens the first 8·n8 f32/f16/bf16 values of src to float32.
+func widenFast(typ quant.Type, dst *float32, src *byte, n8 int) {
+	switch typ {
+	case quant.BF16:
+		widenBF16AVX2(dst, src, n8)
+	case quant.F16:
+		widenF16AVX2(dst, src, n8)
+	default:
+		widenF32AVX2(dst, src, n8)
+	}
+}
+
 func dotQ8_0x4Fast(w *byte, stride int, x *byte, nb int, r *[4]float32) {
 	dotQ8_0x4AVX2(w, stride, x, nb, r)
 }

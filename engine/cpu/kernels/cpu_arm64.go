@@ -82,6 +82,13 @@ func dotFloat2x4Fast(typ quant.Type, w *byte, stride int, x *float32, xstride, n
 	}
 }
 
+// fastWiden reports whether widenFast exists.
+const fastWiden = false
+
+func widenFast(typ quant.Type, dst *float32, src *byte, n8 int) {
+	panic("unreachable: fastWiden is false")
+}
+
 func dotF32x4Fast(w *float32, k int, x *float32, n8 int, r *[4]float32) {
 	panic("unreachable: fastF32 is false")
 }

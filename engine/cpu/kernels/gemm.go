@@ -2,7 +2,8 @@
 // the prefill ([m x k] activations, already quantized to the weight type's
 // VecDotType, times [n x k] quantized weight rows) and the activation
 // quantizer feeding it. Every fast kernel has a pure-Go generic twin
-// (<op>_generic.go); building with -tags purego forces the generic ones.
+// (…Generic); building with -tags purego forces the generic ones. See
+// README.md for the kernels and their speed.
 // Kernels are single-threaded: the caller splits the weight rows.
 package kernels
 

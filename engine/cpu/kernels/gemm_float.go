@@ -2,22 +2,30 @@ package kernels
 
 import (
 	"math"
+	"sync"
 
 	"github.com/clefrt/clef/quant"
 )
 
 // gemmFloat is the GEMM of the float formats (f32, f16, bf16 weights with
 // activations in the same format): activations are widened to float32 once
-// per call and weight rows four at a time, then dotted in float32 (dotF32x4);
-// f16/bf16 weights go straight to kernels that widen them in registers
-// where there are such kernels (dotHalfx4).
+// per call (widen); weight rows go two at a time against four activation
+// rows to kernels that widen them in registers (dotFloat2x4), the last
+// activation rows to dotHalfx4 (f16/bf16, four weight rows against one) or
+// to rows widened four at a time and dotted in float32 (dotF32x4).
 func gemmFloat(typ quant.Type, w []byte, wRow, n, k int, xq []byte, xRow, m int, out []float32, ldOut int) {
 	f, _ := quant.FormatOf(typ)
-	xf := make([]float32, m*k)
-	for i := 0; i < m; i++ {
-		f.Dequantize(xf[i*k:(i+1)*k], xq[i*xRow:(i+1)*xRow])
+	// The widened activations are scratch reused across calls: the worker
+	// pool calls GEMM for a few weight rows at a time.
+	buf := floatScratch.Get().(*[]float32)
+	defer floatScratch.Put(buf)
+	if cap(*buf) < m*k+4*k {
+		*buf = make([]float32, m*k+4*k)
 	}
-	tile := make([]float32, 4*k)
+	xf, tile := (*buf)[:m*k], (*buf)[m*k:m*k+4*k]
+	for i := 0; i < m; i++ {
+		widen(f, xf[i*k:(i+1)*k], xq[i*xRow:(i+1)*xRow])
+	}
 	var r [4]float32
 	var r8 [8]float32
 	var xpad []float32
@@ -82,6 +90,8 @@ func gemmFloat(typ quant.Type, w []byte, wRow, n, k int, xq []byte, xRow, m int,
 		}
 	}
 }
+
+var floatScratch = sync.Pool{New: func() any { return new([]float32) }}
 
 // floatAt reads the f32/f16/bf16 value at b.
 func floatAt(typ quant.Type, b []byte) float32 {

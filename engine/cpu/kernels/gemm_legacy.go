@@ -39,9 +39,7 @@ func gemmLegacy(typ quant.Type, w []byte, wRow, n, k int, xq []byte, xRow, m int
 		// The activation scales widened once for the 2×4 kernel.
 		xd = make([]float32, m*nb)
 		for i := 0; i < m; i++ {
-			for b := 0; b < nb; b++ {
-				xd[i*nb+b] = quant.Float16ToFloat32(le.Uint16(x8[i*x8Row+34*b:]))
-			}
+			f16Strided(xd[i*nb:], x8[i*x8Row:], 34, nb)
 		}
 	}
 	var r8 [8]float32
@@ -55,9 +53,7 @@ func gemmLegacy(typ quant.Type, w []byte, wRow, n, k int, xq []byte, xRow, m int
 		for row := 0; row < rows; row++ {
 			if decodeLegacyRowFast(typ, tile[row*x8Row:(row+1)*x8Row], w[(j0+row)*wRow:(j0+row+1)*wRow], nb) {
 				if withMin {
-					for b := 0; b < nb; b++ {
-						mins[row*nb+b] = quant.Float16ToFloat32(binary.LittleEndian.Uint16(w[(j0+row)*wRow+b*bb+2:]))
-					}
+					f16Strided(mins[row*nb:], w[(j0+row)*wRow+2:], bb, nb)
 				}
 				continue
 			}
@@ -74,18 +70,17 @@ func gemmLegacy(typ quant.Type, w []byte, wRow, n, k int, xq []byte, xRow, m int
 		i := 0
 		if xd != nil && rows == 4 {
 			for ; i+4 <= m; i += 4 {
+				var mt [4][4]float32 // Σ m·s per activation row and weight row
+				if withMin {
+					for a := 0; a < 4; a++ {
+						dotF32x4(mins, nb, s[(i+a)*nb:(i+a+1)*nb], &mt[a])
+					}
+				}
 				for r0 := 0; r0 < 4; r0 += 2 {
 					dotQ8_0x2x4(tile[r0*x8Row:], x8Row, x8[i*x8Row:], x8Row, xd[i*nb:], nb, &r8)
 					for a := 0; a < 4; a++ {
-						for rr := r0; rr < r0+2; rr++ {
-							v := r8[4*(rr-r0)+a]
-							if withMin {
-								for b := 0; b < nb; b++ {
-									v += mins[rr*nb+b] * s[(i+a)*nb+b]
-								}
-							}
-							out[(i+a)*ldOut+j0+rr] = v
-						}
+						out[(i+a)*ldOut+j0+r0] = r8[a] + mt[a][r0]
+						out[(i+a)*ldOut+j0+r0+1] = r8[4+a] + mt[a][r0+1]
 					}
 				}
 			}
@@ -93,12 +88,10 @@ func gemmLegacy(typ quant.Type, w []byte, wRow, n, k int, xq []byte, xRow, m int
 		for ; i < m; i++ {
 			dotQ8_0x4(tile, x8Row, x8[i*x8Row:(i+1)*x8Row], nb, &r)
 			if withMin {
+				var mt [4]float32
+				dotF32x4(mins, nb, s[i*nb:(i+1)*nb], &mt)
 				for row := 0; row < rows; row++ {
-					var t float32
-					for b := 0; b < nb; b++ {
-						t += mins[row*nb+b] * s[i*nb+b]
-					}
-					r[row] += t
+					r[row] += mt[row]
 				}
 			}
 			copy(out[i*ldOut+j0:i*ldOut+j0+rows], r[:rows])

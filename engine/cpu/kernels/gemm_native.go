@@ -95,3 +95,15 @@ func dotFloat2x4(typ quant.Type, w []byte, stride, k int, x []float32, r *[8]flo
 		}
 	}
 }
+
+// widen converts one row of k f32/f16/bf16 activations to float32.
+func widen(f *quant.Format, dst []float32, src []byte) {
+	n8 := len(dst) / 8
+	if !fast || !fastWiden || n8 == 0 {
+		f.Dequantize(dst, src)
+		return
+	}
+	_ = src[len(dst)*f.BlockBytes-1]
+	widenFast(f.Type, &dst[0], &src[0], n8)
+	f.Dequantize(dst[8*n8:], src[8*n8*f.BlockBytes:])
+}

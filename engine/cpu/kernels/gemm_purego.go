@@ -26,3 +26,5 @@ func dotFloat2x4(typ quant.Type, w []byte, stride, k int, x []float32, r *[8]flo
 }
 
 func dotHalfx4(bf16 bool, w []byte, stride, k int, x []float32, r *[4]float32) bool { return false }
+
+func widen(f *quant.Format, dst []float32, src []byte) { f.Dequantize(dst, src) }

@@ -203,3 +203,55 @@ f2x4:
 	JNZ f2x4
 	STORE8
 	RET
+
+// func widenBF16AVX2(dst *float32, src *byte, n8 int)
+// Widens 8·n8 bf16 values to float32.
+TEXT ·widenBF16AVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n8+16(FP), CX
+
+wbf:
+	VPMOVZXWD (SI), Y0
+	VPSLLD $16, Y0, Y0
+	VMOVUPS Y0, (DI)
+	ADDQ $16, SI
+	ADDQ $32, DI
+	DECQ CX
+	JNZ wbf
+	VZEROUPPER
+	RET
+
+// func widenF16AVX2(dst *float32, src *byte, n8 int)
+// Widens 8·n8 fp16 values to float32.
+TEXT ·widenF16AVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n8+16(FP), CX
+
+wf16:
+	VCVTPH2PS (SI), Y0
+	VMOVUPS Y0, (DI)
+	ADDQ $16, SI
+	ADDQ $32, DI
+	DECQ CX
+	JNZ wf16
+	VZEROUPPER
+	RET
+
+// func widenF32AVX2(dst *float32, src *byte, n8 int)
+// Copies 8·n8 little-endian float32 values.
+TEXT ·widenF32AVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n8+16(FP), CX
+
+wf32:
+	VMOVUPS (SI), Y0
+	VMOVUPS Y0, (DI)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	DECQ CX
+	JNZ wf32
+	VZEROUPPER
+	RET

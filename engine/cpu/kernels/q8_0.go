@@ -18,9 +18,7 @@ func gemmQ8_0(w []byte, wRow, n, k int, xq []byte, xRow, m int, out []float32, l
 		m4 = m &^ 3
 		xd = make([]float32, m4*nb)
 		for i := 0; i < m4; i++ {
-			for b := 0; b < nb; b++ {
-				xd[i*nb+b] = quant.Float16ToFloat32(le.Uint16(xq[i*xRow+34*b:]))
-			}
+			f16Strided(xd[i*nb:], xq[i*xRow:], 34, nb)
 		}
 	}
 	for j0 := 0; j0 < n4; j0 += 4 {
@@ -64,5 +62,12 @@ func dotQ8_0x2x4Generic(w []byte, stride int, x []byte, xstride int, nb int, r *
 		for a := 0; a < 4; a++ {
 			r[4*row+a] = dotQ8_0Generic(w[row*stride:], x[a*xstride:], nb)
 		}
+	}
+}
+
+// f16StridedGeneric is the generic twin of f16Strided.
+func f16StridedGeneric(dst []float32, src []byte, stride, n int) {
+	for i := 0; i < n; i++ {
+		dst[i] = quant.Float16ToFloat32(le.Uint16(src[i*stride:]))
 	}
 }

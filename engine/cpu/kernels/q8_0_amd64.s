@@ -181,3 +181,23 @@ loop2x4:
 	VMOVSS X7, 28(DX)
 	VZEROUPPER
 	RET
+
+// func f16StridedAVX2(dst *float32, src *byte, stride int, n int)
+// Widens n fp16 values stride bytes apart (the block scales of q8_0 rows)
+// to float32.
+TEXT ·f16StridedAVX2(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ stride+16(FP), BX
+	MOVQ n+24(FP), CX
+
+f16s:
+	MOVWLZX (SI), AX
+	VMOVD AX, X0
+	VCVTPH2PS X0, X0
+	VMOVSS X0, (DI)
+	ADDQ BX, SI
+	ADDQ $4, DI
+	DECQ CX
+	JNZ f16s
+	RET

@@ -277,14 +277,15 @@ func (m *Model) layer(l int, x *backend.Tensor, pos [][3]int, rope backend.RoPE,
 		chunk = L
 	}
 
-	// Attention block, keys and values: every row.
+	// Attention block, keys and values: every row. The normed rows are
+	// recomputed per chunk for the queries rather than kept.
 	h, err := b.RMSNorm(x, ly.inputNorm, c.NormEps) // attn_norm [L, hidden]
 	if err != nil {
 		return nil, err
 	}
-	defer b.Free(h)
 	k, err := b.MatMul(h, ly.k) // Kcur [L, kv_heads*head_dim]
 	if err != nil {
+		b.Free(h)
 		return nil, err
 	}
 	kn, err := b.RMSNorm(k, ly.kNorm, c.NormEps) // per head [L, kv_heads*head_dim]
@@ -299,13 +300,14 @@ func (m *Model) layer(l int, x *backend.Tensor, pos [][3]int, rope backend.RoPE,
 	}
 	defer b.Free(k)
 	v, err := b.MatMul(h, ly.v) // Vcur [L, kv_heads*head_dim]
+	b.Free(h)
 	if err != nil {
 		return nil, err
 	}
 	defer b.Free(v)
 
 	if chunk == L {
-		out, err := m.rows(l, x, h, k, v, pos, 0, L, nil, rope, scale, tap)
+		out, err := m.rows(l, x, k, v, pos, 0, L, nil, rope, scale, tap)
 		if err == nil && tap != nil {
 			if err = tap("l_out", l, out); err != nil {
 				b.Free(out)
@@ -316,7 +318,7 @@ func (m *Model) layer(l int, x *backend.Tensor, pos [][3]int, rope backend.RoPE,
 	var outs []*backend.Tensor
 	defer func() { b.Free(outs...) }()
 	for c0 := 0; c0 < L; c0 += chunk {
-		out, err := m.rows(l, x, h, k, v, pos, c0, min(L, c0+chunk), rc, rope, scale, tap)
+		out, err := m.rows(l, x, k, v, pos, c0, min(L, c0+chunk), rc, rope, scale, tap)
 		if err != nil {
 			return nil, err
 		}
@@ -334,7 +336,7 @@ func (m *Model) layer(l int, x *backend.Tensor, pos [][3]int, rope backend.RoPE,
 // rows runs the rest of layer l for rows [c0, c1): queries, attention over
 // keys 0..c1-1, output projection, residual, MoE block, residual. With rc
 // nil the rows are the whole sequence.
-func (m *Model) rows(l int, x, h, k, v *backend.Tensor, pos [][3]int, c0, c1 int, rc backend.RowChunker, rope backend.RoPE, scale float32, tap Tap) (*backend.Tensor, error) {
+func (m *Model) rows(l int, x, k, v *backend.Tensor, pos [][3]int, c0, c1 int, rc backend.RowChunker, rope backend.RoPE, scale float32, tap Tap) (*backend.Tensor, error) {
 	c, b, ly := m.Config, m.b, &m.layers[l]
 	var live []*backend.Tensor
 	defer func() { b.Free(live...) }()
@@ -346,13 +348,10 @@ func (m *Model) rows(l int, x, h, k, v *backend.Tensor, pos [][3]int, c0, c1 int
 		return t, nil
 	}
 	drop := func(ts ...*backend.Tensor) { b.Free(ts...) } // freed early, so the next op can reuse the memory
-	xc, hc, kc, vc := x, h, k, v
+	xc, kc, vc := x, k, v
 	if rc != nil {
 		var err error
 		if xc, err = step(rc.Rows(x, c0, c1)); err != nil { // [C, hidden]
-			return nil, err
-		}
-		if hc, err = step(rc.Rows(h, c0, c1)); err != nil { // [C, hidden]
 			return nil, err
 		}
 		if kc, err = step(rc.Rows(k, 0, c1)); err != nil { // [c1, kv_heads*head_dim]
@@ -364,10 +363,15 @@ func (m *Model) rows(l int, x, h, k, v *backend.Tensor, pos [][3]int, c0, c1 int
 	}
 
 	// Attention block, queries.
+	hc, err := step(b.RMSNorm(xc, ly.inputNorm, c.NormEps)) // attn_norm [C, hidden]
+	if err != nil {
+		return nil, err
+	}
 	q, err := step(b.MatMul(hc, ly.q)) // Qcur [C, heads*head_dim]
 	if err != nil {
 		return nil, err
 	}
+	drop(hc)
 	qn, err := step(b.RMSNorm(q, ly.qNorm, c.NormEps)) // per head [C, heads*head_dim]
 	if err != nil {
 		return nil, err

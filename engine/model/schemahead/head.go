@@ -4,13 +4,14 @@
 //
 // The file reads top to bottom in the order of the reference forward pass:
 // hidden norm and memory, question/global/option vectors, evidence routing,
-// field vectors, decoder layers, scoring. Everything runs on the CPU in pure
-// Go: the head is small next to the backbone. Float32 is the serving mode;
-// float64 (LogitsFloat64) exists to check the float32 path.
+// field vectors, decoder layers, scoring. The products over the record's L
+// tokens (the memory projection and the cross-attentions over the memory,
+// cross.go) run on a backend after Bind; the rest, whose size does not grow
+// with L, runs in Go. Float32 is the serving mode; float64 (LogitsFloat64)
+// exists to check the float32 path.
 package schemahead
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"runtime"
@@ -123,6 +124,9 @@ type Head struct {
 
 	// b runs the products over the record's tokens when set (Bind).
 	b backend.Backend
+	// crossMode picks the form of the cross-attentions (cross.go):
+	// crossAuto except in tests.
+	crossMode int
 }
 
 // Config returns the head's configuration.
@@ -370,9 +374,12 @@ func forward[T float](h *Head, hiddenIn []float32, ids []int, questions []Questi
 	L, hs, w := len(ids), cfg.HiddenSize, cfg.Width
 
 	// Hidden norm, memory, global vector.
-	hidden := make([]T, len(hiddenIn))
-	for i, x := range hiddenIn {
-		hidden[i] = T(x)
+	hidden, same := any(hiddenIn).([]T)
+	if !same {
+		hidden = make([]T, len(hiddenIn))
+		for i, x := range hiddenIn {
+			hidden[i] = T(x)
+		}
 	}
 	normed := applyNorm(&h.hiddenNorm, hidden, L, hs)
 	memory, err := project(h, &h.memoryProjection, normed, L)
@@ -458,8 +465,13 @@ func forward[T float](h *Head, hiddenIn []float32, ids []int, questions []Questi
 	}
 
 	// Decoder layers over the fields, then the field norm.
+	mem, err := newMemory(h, memory, L, w, nq)
+	if err != nil {
+		return nil, err
+	}
+	defer mem.free()
 	for i := range h.layers {
-		if fields, err = decoderForward(h, &h.layers[i], fields, nq, memory, L, w); err != nil {
+		if fields, err = decoderForward(h, &h.layers[i], fields, nq, mem, w); err != nil {
 			return nil, err
 		}
 	}
@@ -470,9 +482,25 @@ func forward[T float](h *Head, hiddenIn []float32, ids []int, questions []Questi
 	jointScale := T(math.Exp(math.Min(float64(h.jointLogitScale), math.Log(100))))
 	gate := T(1 / (1 + math.Exp(-float64(h.residualGate))))
 	options := applyNorm(&h.optionNorm, routed, no, w)
+	// The residual scorer's features [field, option, field·option,
+	// |field−option|] of every option, scored as one batch.
+	features := make([]T, no*4*w)
+	for oi := range no {
+		field, o := fields[owner[oi]*w:(owner[oi]+1)*w], options[oi*w:(oi+1)*w]
+		f := features[oi*4*w : (oi+1)*4*w]
+		for j := range w {
+			f[j] = field[j]
+			f[w+j] = o[j]
+			f[2*w+j] = field[j] * o[j]
+			f[3*w+j] = max(field[j]-o[j], o[j]-field[j])
+		}
+	}
+	scorerHidden := applyLinear(&h.residualScorer0, features, no)
+	geluInPlace(scorerHidden)
+	residuals := applyLinear(&h.residualScorer3, scorerHidden, no)
 	anchor := make([]T, hs)
-	features := make([]T, 4*w)
-	var priors, cosines, residuals []T
+	lexAnchor := make([]T, hs)
+	var priors, cosines []T
 	logits := make([][]T, nq)
 	start = 0
 	for qi, q := range questions {
@@ -484,23 +512,15 @@ func forward[T float](h *Head, hiddenIn []float32, ids []int, questions []Questi
 		out := make([]T, len(q.OptionSpans))
 		for k := range out {
 			oi := start + k
-			lexAnchor := append([]T(nil), optionLexical[oi*hs:(oi+1)*hs]...)
+			copy(lexAnchor, optionLexical[oi*hs:(oi+1)*hs])
 			normalize(lexAnchor)
 			prior := priorScale * dot(lexAnchor, anchor)
 			o := options[oi*w : (oi+1)*w]
 			cos := cosineSimilarity(field, o)
-			for j := range w {
-				features[j] = field[j]
-				features[w+j] = o[j]
-				features[2*w+j] = field[j] * o[j]
-				features[3*w+j] = T(math.Abs(float64(field[j] - o[j])))
-			}
-			hidden := applyLinear(&h.residualScorer0, features, 1)
-			geluInPlace(hidden)
-			residual := applyLinear(&h.residualScorer3, hidden, 1)[0]
+			residual := residuals[oi]
 			out[k] = prior + gate*(jointScale*cos+residual)
 			if tr != nil {
-				priors, cosines, residuals = append(priors, prior), append(cosines, cos), append(residuals, residual)
+				priors, cosines = append(priors, prior), append(cosines, cos)
 			}
 		}
 		logits[qi] = out
@@ -551,17 +571,14 @@ func lexicalVectors[T float](lex Lexicon, ids []int, spans [][2]int, hs int) ([]
 		}
 	}
 	out := make([]T, len(spans)*hs)
-	acc := make([]float64, hs)
 	for oi, s := range spans {
-		clear(acc)
+		acc := out[oi*hs : (oi+1)*hs]
 		for _, id := range ids[s[0]:s[1]] {
-			for j, x := range rows[index[id]] {
-				acc[j] += float64(x)
-			}
+			axpyW(acc, 1, rows[index[id]])
 		}
-		n := float64(s[1] - s[0])
-		for j := range hs {
-			out[oi*hs+j] = T(acc[j] / n)
+		n := T(s[1] - s[0])
+		for j := range acc {
+			acc[j] /= n
 		}
 	}
 	return out, nil
@@ -571,8 +588,12 @@ func lexicalVectors[T float](lex Lexicon, ids []int, spans [][2]int, hs int) ([]
 // [n, width] against the memory [L, width].
 func evidenceForward[T float](h *Head, e *evidenceLayer, q []T, n int, memory []T, L, w int) ([]T, error) {
 	nq := applyNorm(&e.queryNorm, q, n, w)
-	nm := applyNorm(&e.memoryNorm, memory, L, w)
-	routed, err := attend(h, &e.attention, nq, n, nm, L, w)
+	nm, err := newMemory(h, applyNorm(&e.memoryNorm, memory, L, w), L, w, n)
+	if err != nil {
+		return nil, err
+	}
+	defer nm.free()
+	routed, err := crossAttend(h, &e.attention, nq, n, nm, w)
 	if err != nil {
 		return nil, err
 	}
@@ -583,14 +604,10 @@ func evidenceForward[T float](h *Head, e *evidenceLayer, q []T, n int, memory []
 // decoderForward runs one norm-first decoder layer on the fields x
 // [n, width] with the memory [L, width]: self-attention, cross-attention,
 // feed-forward.
-func decoderForward[T float](h *Head, d *decoderLayer, x []T, n int, memory []T, L, w int) ([]T, error) {
+func decoderForward[T float](h *Head, d *decoderLayer, x []T, n int, memory *memory[T], w int) ([]T, error) {
 	x1 := applyNorm(&d.norm1, x, n, w)
-	sa, err := attend(h, &d.selfAttn, x1, n, x1, n, w)
-	if err != nil {
-		return nil, err
-	}
-	x = add(x, sa)
-	ca, err := attend(h, &d.multiheadAttn, applyNorm(&d.norm2, x, n, w), n, memory, L, w)
+	x = add(x, selfAttend(&d.selfAttn, x1, n, w))
+	ca, err := crossAttend(h, &d.multiheadAttn, applyNorm(&d.norm2, x, n, w), n, memory, w)
 	if err != nil {
 		return nil, err
 	}
@@ -605,51 +622,22 @@ func feedforward[T float](l1, l2 *linear, x []T, n int) []T {
 	return applyLinear(l2, hidden, n)
 }
 
-// attend is torch's multi-head attention of queries q [nq, width] over
-// keys/values kv [nk, width]: q, k, v projections, q scaled by
+// selfAttend is torch's multi-head self-attention of the n rows x
+// [n, width] (a handful of fields): q, k, v projections, q scaled by
 // 1/sqrt(head_dim), softmax over the keys per head, out_proj.
-func attend[T float](h *Head, a *attention, q []T, nq int, kv []T, nk, w int) ([]T, error) {
-	Q := applyLinear(&a.q, q, nq)
-	K, err := project(h, &a.k, kv, nk)
-	if err != nil {
-		return nil, err
-	}
-	V, err := project(h, &a.v, kv, nk)
-	if err != nil {
-		return nil, err
-	}
-	hd := w / a.heads
-	scale := T(1 / math.Sqrt(float64(hd)))
-	for i := range Q {
-		Q[i] *= scale
-	}
-	out := make([]T, nq*w)
-	parallel(nq*a.heads, nk*hd, func(lo, hi int) {
-		scores := make([]T, nk)
-		for c := lo; c < hi; c++ {
-			i, hh := c/a.heads, c%a.heads
-			qi := Q[i*w+hh*hd : i*w+(hh+1)*hd]
-			for j := range nk {
-				scores[j] = dot(qi, K[j*w+hh*hd:j*w+(hh+1)*hd])
-			}
-			softmaxInPlace(scores)
-			o := out[i*w+hh*hd : i*w+(hh+1)*hd]
-			for j := range nk {
-				p := scores[j]
-				vj := V[j*w+hh*hd : j*w+(hh+1)*hd]
-				for d := range o {
-					o[d] += p * vj[d]
-				}
-			}
-		}
-	})
-	return applyLinear(&a.outProj, out, nq), nil
+func selfAttend[T float](a *attention, x []T, n, w int) []T {
+	Q := scaledQuery(a, x, n, w)
+	K := applyLinear(&a.k, x, n)
+	V := applyLinear(&a.v, x, n)
+	return applyLinear(&a.outProj, attendKV(Q, n, K, V, n, a.heads, w), n)
 }
 
 // Bind makes the head run its products over the record's tokens (the memory
-// projection and the key/value projections of the memory, which are nearly
-// all of its work on a long record) on b, in float32 mode; the rest stays in
-// Go. The weights of those products are uploaded once. After Bind, calls of
+// projection and the cross-attention products over the memory, which are
+// nearly all of its work on a long record) on b, in float32 mode; the rest
+// stays in Go. The weights of those products (the memory projection, and the
+// key/value projections that the direct form of cross-attention uses) are
+// uploaded once, here; a call uploads only its activations. After Bind, calls of
 // Logits must not overlap unless b allows concurrent use; LogitsFloat64
 // never uses b.
 func (h *Head) Bind(b backend.Backend) error {
@@ -710,57 +698,63 @@ func project[T float](h *Head, l *linear, x []T, n int) ([]T, error) {
 
 // backendLinear computes x·Wᵀ + b on the backend l is bound to.
 func backendLinear(b backend.Backend, l *linear, x []float32, n int) ([]float32, error) {
-	xt, err := b.Upload(x, n, l.in)
+	y, err := uploadProduct(b, x, n, l.in, l.bound, l.out)
 	if err != nil {
 		return nil, err
-	}
-	defer b.Free(xt)
-	yt, err := b.MatMul(xt, l.bound)
-	if err != nil {
-		return nil, err
-	}
-	defer b.Free(yt)
-	y, err := b.Read(context.Background(), yt)
-	if err != nil {
-		return nil, err
-	}
-	if len(y) != n*l.out {
-		return nil, fmt.Errorf("matmul gave %d values, want %d", len(y), n*l.out)
 	}
 	if l.bias != nil {
-		for r := range n {
-			for o, bv := range l.bias {
-				y[r*l.out+o] += bv
-			}
-		}
+		addBias(y, l.bias, n)
 	}
 	return y, nil
 }
 
-// applyNorm returns LayerNorm(x) for n rows of size d (statistics in float64,
-// biased variance, eps 1e-5).
+// applyNorm returns LayerNorm(x) for n rows of size d (biased variance, eps
+// 1e-5), the statistics in T over two passes with four partial sums; rows
+// are shared out among the CPUs.
 func applyNorm[T float](ln *layerNorm, x []T, n, d int) []T {
 	out := make([]T, n*d)
-	for r := range n {
-		row := x[r*d : (r+1)*d]
-		var mean float64
-		for _, v := range row {
-			mean += float64(v)
+	parallel(n, 4*d, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			row := x[r*d : (r+1)*d]
+			mean := sum(row) / T(d)
+			var v0, v1, v2, v3 T
+			j := 0
+			for ; j+4 <= d; j += 4 {
+				a, b, c, e := row[j]-mean, row[j+1]-mean, row[j+2]-mean, row[j+3]-mean
+				v0 += a * a
+				v1 += b * b
+				v2 += c * c
+				v3 += e * e
+			}
+			for ; j < d; j++ {
+				a := row[j] - mean
+				v0 += a * a
+			}
+			variance := ((v0 + v1) + (v2 + v3)) / T(d)
+			inv := T(1 / math.Sqrt(float64(variance)+layerNormEps))
+			o := out[r*d : (r+1)*d]
+			for j, v := range row {
+				o[j] = (v-mean)*inv*T(ln.weight[j]) + T(ln.bias[j])
+			}
 		}
-		mean /= float64(d)
-		var variance float64
-		for _, v := range row {
-			dv := float64(v) - mean
-			variance += dv * dv
-		}
-		variance /= float64(d)
-		inv := 1 / math.Sqrt(variance+layerNormEps)
-		o := out[r*d : (r+1)*d]
-		for j, v := range row {
-			o[j] = T((float64(v)-mean)*inv)*T(ln.weight[j]) + T(ln.bias[j])
-		}
-	}
+	})
 	return out
+}
+
+// sum is Σ x[i] in T over four partial sums.
+func sum[T float](x []T) T {
+	var s0, s1, s2, s3 T
+	i := 0
+	for ; i+4 <= len(x); i += 4 {
+		s0 += x[i]
+		s1 += x[i+1]
+		s2 += x[i+2]
+		s3 += x[i+3]
+	}
+	for ; i < len(x); i++ {
+		s0 += x[i]
+	}
+	return (s0 + s1) + (s2 + s3)
 }
 
 // Tile sizes of applyLinear: a tile of weight rows is run against blocks of
@@ -780,7 +774,8 @@ func applyLinear[T float](l *linear, x []T, n int) []T {
 		for t := lo; t < hi; t++ {
 			o0, o1 := t*weightTile, min((t+1)*weightTile, outN)
 			for r0 := 0; r0 < n; r0 += inputTile {
-				for r := r0; r < min(r0+inputTile, n); r++ {
+				r1 := min(r0+inputTile, n)
+				for r := r0; r < r1; r++ {
 					xr := x[r*in : (r+1)*in]
 					yr := y[r*outN : (r+1)*outN]
 					o := o0
@@ -790,7 +785,10 @@ func applyLinear[T float](l *linear, x []T, n int) []T {
 					for ; o < o1; o++ {
 						yr[o] = dotW(xr, l.weight[o*in:(o+1)*in])
 					}
-					if l.bias != nil {
+				}
+				if l.bias != nil {
+					for r := r0; r < r1; r++ {
+						yr := y[r*outN : (r+1)*outN]
 						for o := o0; o < o1; o++ {
 							yr[o] += T(l.bias[o])
 						}
@@ -898,15 +896,13 @@ func add[T float](a, b []T) []T {
 
 // spanMean writes the mean of rows [s[0], s[1]) of x (row size d) into dst.
 func spanMean[T float](dst, x []T, d int, s [2]int) {
-	acc := make([]float64, d)
+	clear(dst[:d])
 	for r := s[0]; r < s[1]; r++ {
-		for j, v := range x[r*d : (r+1)*d] {
-			acc[j] += float64(v)
-		}
+		axpy(dst[:d], 1, x[r*d:(r+1)*d])
 	}
-	n := float64(s[1] - s[0])
+	n := T(s[1] - s[0])
 	for j := range d {
-		dst[j] = T(acc[j] / n)
+		dst[j] /= n
 	}
 }
 

@@ -1,0 +1,140 @@
+package metal
+
+import (
+	"context"
+	"math"
+	"math/rand"
+	"testing"
+
+	"github.com/clefrt/clef/engine/backend"
+	"github.com/clefrt/clef/engine/weights"
+	"github.com/clefrt/clef/quant"
+	"github.com/clefrt/clef/shaders/emu"
+)
+
+// launchCounter counts launches by kernel name.
+type launchCounter struct {
+	gpu
+	n map[string]int
+}
+
+func (c *launchCounter) Dispatch(d *dispatch) error {
+	c.n[d.Kernel]++
+	return c.gpu.Dispatch(d)
+}
+
+// TestMoEStacked: experts that lie back to back in memory (a GGUF *_exps
+// tensor) take the one-launch gathered path (moe_tiles + one mul_mm_id per
+// projection), and give the same bits as the per-expert launches over copies
+// of the same experts (the path the conformance suite checks against its
+// reference).
+func TestMoEStacked(t *testing.T) {
+	if !emu.Available() {
+		t.Skipf("%s not found: needs the emulated GPU", emu.Clang)
+	}
+	if testing.Short() {
+		t.Skip("slow: compiles and emulates the kernels")
+	}
+	b, err := NewEmulated()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	cnt := &launchCounter{gpu: b.dev, n: map[string]int{}}
+	b.dev = cnt
+	rng := rand.New(rand.NewSource(7))
+	for _, typ := range []quant.Type{quant.Q4_K, quant.Q8_0} {
+		const L, E, k, hidden, ffn = 120, 8, 3, 256, 256 // ~45 entries per expert: two tiles
+		rb, err := quant.RowBytes(typ, hidden)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := ffn * rb // hidden == ffn: every matrix has the same size
+		stacked := [3][]byte{}
+		for p := range stacked {
+			stacked[p] = make([]byte, E*n)
+			for e := 0; e < E; e++ {
+				v := make([]float32, ffn*hidden)
+				for i := range v {
+					v[i] = float32(rng.NormFloat64() / 16)
+				}
+				if err := quant.Quantize(typ, stacked[p][e*n:(e+1)*n], v, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		bind := func(copies bool) []backend.Expert {
+			ex := make([]backend.Expert, E)
+			for e := range ex {
+				var ts [3]*backend.Tensor
+				for p := range ts {
+					d := stacked[p][e*n : (e+1)*n]
+					if copies {
+						d = append(make([]byte, 0, n+64), d...) // slack: never adjacent
+					}
+					ts[p], err = b.Weight(&weights.Tensor{Name: "expert", Type: typ, Shape: []int{ffn, hidden}, Data: d})
+					if err != nil {
+						t.Fatal(err)
+					}
+				}
+				ex[e] = backend.Expert{Gate: ts[0], Up: ts[1], Down: ts[2]}
+			}
+			return ex
+		}
+		x := make([]float32, L*hidden)
+		for i := range x {
+			x[i] = float32(rng.NormFloat64())
+		}
+		logits := make([]float32, L*E)
+		for i := range logits {
+			logits[i] = float32(rng.NormFloat64())
+		}
+		run := func(ex []backend.Expert) []float32 {
+			lg, _ := b.Upload(logits, L, E)
+			ids, ws, err := b.Route(lg, k, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tx, _ := b.Upload(x, L, hidden)
+			y, err := b.MoE(tx, ids, ws, ex)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := b.Read(context.Background(), y)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return out
+		}
+		clear(cnt.n)
+		one := run(bind(false))
+		if cnt.n["moe_tiles"] != 3 || cnt.n["mul_mm_id_"+kernelName(t, typ)] != 3 || cnt.n["moe_grid"] != 0 {
+			t.Fatalf("%v stacked experts: launches %v, want one moe_tiles and one mul_mm_id per projection", typ, cnt.n)
+		}
+		clear(cnt.n)
+		per := run(bind(true))
+		if cnt.n["moe_grid"] != 3 || cnt.n["mul_mm_id_"+kernelName(t, typ)] != 3*E {
+			t.Fatalf("%v separate experts: launches %v, want one mul_mm_id per expert and projection", typ, cnt.n)
+		}
+		var nonzero int
+		for i := range one {
+			if math.Float32bits(one[i]) != math.Float32bits(per[i]) {
+				t.Fatalf("%v element %d: one launch %g, per expert %g", typ, i, one[i], per[i])
+			}
+			if one[i] != 0 && !math.IsNaN(float64(one[i])) {
+				nonzero++
+			}
+		}
+		if nonzero < len(one)/2 {
+			t.Fatalf("%v: only %d of %d outputs are finite and nonzero", typ, nonzero, len(one))
+		}
+	}
+}
+
+func kernelName(t *testing.T, typ quant.Type) string {
+	s, err := kernelSuffix(typ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}

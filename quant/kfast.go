@@ -1,0 +1,487 @@
+package quant
+
+import "math"
+
+// Fast K-format search, the default. Like the exhaustive search of
+// kquantize.go it minimises the weighted squared error of the stored values,
+// but it visits a fixed, small number of candidates:
+//
+//  1. every sub-block gets a continuous scale (and minimum) from about twenty
+//     inverse scales around the range-based one, each scored in O(1) by its
+//     least-squares fit (closed-form error), the best refined by alternating
+//     least squares and nearest codes (fastAffineSub, fastSymSub);
+//  2. the super-block scales map the largest sub-block scale onto the
+//     integer range (and, for the signed formats, a few clipping
+//     alternatives), and the integer sub-block scales are rounded against
+//     them;
+//  3. a short coordinate descent tries the integer sub-block scales (and
+//     minimums) next to the current ones with the codes re-chosen, and the
+//     fp16 super-block scales are re-fitted by least squares for the chosen
+//     integers; the best super-block seen is kept.
+//
+// All inner loops run over fixed-size arrays without allocation.
+
+// affineSteps is the number of inverse scales fastAffineSub scores.
+const affineSteps = 10
+
+// affineRounds bounds the descent rounds of quantizeKAffineFast.
+const affineRounds = 2
+
+// fastAffineSub returns a continuous scale d >= 0 and offset mn >= 0 for
+// y = d·q − mn with codes q in [0, nmax] that fit x (weights w) well.
+func fastAffineSub(x, w []float32, nmax int) (d, mn float64) {
+	lo, hi := x[0], x[0]
+	var sw, sx, sxx float64
+	for j, v := range x {
+		lo, hi = min(lo, v), max(hi, v)
+		wv := float64(w[j]) * float64(v)
+		sw += float64(w[j])
+		sx += wv
+		sxx += wv * float64(v)
+	}
+	lo = min(lo, 0)
+	if hi <= lo {
+		return 0, -float64(lo)
+	}
+	if sw == 0 {
+		return float64(hi-lo) / float64(nmax), -float64(lo)
+	}
+	span := hi - lo
+	fmax, n := float32(nmax), int32(nmax)
+	best := math.Inf(1)
+	bd, bm := float64(span)/float64(nmax), float64(lo)
+	// fit scores codes l by their least-squares (d, m), m <= 0.
+	fit := func(sl, sll, sxl float64) {
+		det := sw*sll - sl*sl
+		var d, m float64
+		if det > 0 {
+			d = (sw*sxl - sl*sx) / det
+			m = (sll*sx - sl*sxl) / det
+		}
+		if det <= 0 || m > 0 {
+			if sll == 0 {
+				return
+			}
+			m, d = 0, sxl/sll
+		}
+		if !(d > 0) {
+			return
+		}
+		e := sxx - 2*d*sxl - 2*m*sx + d*d*sll + 2*d*m*sl + m*m*sw
+		if e < best {
+			best, bd, bm = e, d, m
+		}
+	}
+	w = w[:len(x)]
+	for is := 0; is <= affineSteps; is++ {
+		iscale := (fmax - 1 + 2*float32(is)/affineSteps) / span
+		var sl0, sll0, sxl0, sl1, sll1, sxl1 float32
+		for j := 0; j+1 < len(x); j += 2 {
+			v0, v1 := x[j], x[j+1]
+			l0, l1 := affCode((v0-lo)*iscale, n), affCode((v1-lo)*iscale, n)
+			wl0, wl1 := w[j]*l0, w[j+1]*l1
+			sl0 += wl0
+			sl1 += wl1
+			sll0 += wl0 * l0
+			sll1 += wl1 * l1
+			sxl0 += wl0 * v0
+			sxl1 += wl1 * v1
+		}
+		sl, sll, sxl := float64(sl0)+float64(sl1), float64(sll0)+float64(sll1), float64(sxl0)+float64(sxl1)
+		fit(sl, sll, sxl)
+	}
+	// Alternate nearest codes and least squares from the best candidate.
+	for round := 0; round < 2; round++ {
+		id := float32(1 / bd)
+		m := float32(bm)
+		var sl, sll, sxl float64
+		for j, v := range x {
+			l := affCode((v-m)*id, n)
+			wl := float64(w[j]) * float64(l)
+			sl += wl
+			sll += wl * float64(l)
+			sxl += wl * float64(v)
+		}
+		prev := best
+		fit(sl, sll, sxl)
+		if best >= prev {
+			break
+		}
+	}
+	return bd, -bm
+}
+
+// affineErrK chooses the nearest codes in [0, nmax] for y = dl·q − ml and
+// returns the weighted squared error of the stored values, stopping early
+// (with a value >= limit) once it exceeds limit. q may be nil.
+func affineErrK(x, w []float32, dl, ml float32, nmax int, q []int, limit float64) float64 {
+	var id float32
+	if dl != 0 {
+		id = 1 / dl
+	}
+	n := int32(nmax)
+	w = w[:len(x)]
+	if q == nil {
+		// Two accumulators halve the dependency chain.
+		var e0, e1 float32
+		lim := float32(min(limit, math.MaxFloat32))
+		for c := 0; c+8 <= len(x); c += 8 {
+			xc, wc := x[c:c+8:c+8], w[c:c+8:c+8]
+			for j := 0; j < 8; j += 2 {
+				l0, l1 := affCode((xc[j]+ml)*id, n), affCode((xc[j+1]+ml)*id, n)
+				r0, r1 := xc[j]-(dl*l0-ml), xc[j+1]-(dl*l1-ml)
+				e0 += wc[j] * r0 * r0
+				e1 += wc[j+1] * r1 * r1
+			}
+			if e0+e1 >= lim {
+				break
+			}
+		}
+		return float64(e0 + e1)
+	}
+	q = q[:len(x)]
+	var e float64
+	for j, v := range x {
+		l := affCode((v+ml)*id, n)
+		r := v - (dl*l - ml)
+		e += float64(w[j] * r * r)
+		q[j] = int(l)
+	}
+	return e
+}
+
+// quantizeKAffineFast is the fast counterpart of quantizeKAffine.
+func quantizeKAffineFast(x, w []float32, sub, nmax, smax int, r *kAffine) {
+	nsub := 256 / sub
+	var ds, ms [16]float64
+	var maxD, maxM float64
+	for j := 0; j < nsub; j++ {
+		ds[j], ms[j] = fastAffineSub(x[j*sub:(j+1)*sub], w[j*sub:(j+1)*sub], nmax)
+		maxD, maxM = max(maxD, ds[j]), max(maxM, ms[j])
+	}
+	best := math.Inf(1)
+	var cur kAffine
+	cur.d = roundF16(float32(maxD / float64(smax)))
+	cur.dmin = roundF16(float32(maxM / float64(smax)))
+	if math.IsInf(float64(cur.d), 0) || math.IsInf(float64(cur.dmin), 0) {
+		*r = kAffine{}
+		return
+	}
+	for j := 0; j < nsub; j++ {
+		cur.sc[j] = roundRatio(ds[j], cur.d, 0, smax)
+		cur.m[j] = roundRatio(ms[j], cur.dmin, 0, smax)
+	}
+	for round := 0; round < affineRounds; round++ {
+		var total float64
+		for j := 0; j < nsub; j++ {
+			xs, ws := x[j*sub:(j+1)*sub], w[j*sub:(j+1)*sub]
+			s0, m0 := cur.sc[j], cur.m[j]
+			be := affineErrK(xs, ws, cur.d*float32(s0), cur.dmin*float32(m0), nmax, nil, math.Inf(1))
+			bs, bm := s0, m0
+			for s := max(0, s0-1); s <= min(smax, s0+1); s++ {
+				for m := max(0, m0-1); m <= min(smax, m0+1); m++ {
+					if s == s0 && m == m0 {
+						continue
+					}
+					if e := affineErrK(xs, ws, cur.d*float32(s), cur.dmin*float32(m), nmax, nil, be); e < be {
+						be, bs, bm = e, s, m
+					}
+				}
+			}
+			cur.sc[j], cur.m[j] = bs, bm
+			total += affineErrK(xs, ws, cur.d*float32(bs), cur.dmin*float32(bm), nmax, cur.q[j*sub:(j+1)*sub], 0)
+		}
+		if total < best {
+			best = total
+			*r = cur
+		} else if round > 0 {
+			break
+		}
+		// Least-squares super-block scales for the chosen integers:
+		// x ≈ d·a − dmin·b with a = sc·q, b = m.
+		var saa, sab, sbb, sxa, sxb float64
+		for j := 0; j < nsub; j++ {
+			var sa, swq, swqq, sxq, swx float64
+			for i := j * sub; i < (j+1)*sub; i++ {
+				wi, qi := float64(w[i]), float64(cur.q[i])
+				sa += wi
+				swq += wi * qi
+				swqq += wi * qi * qi
+				sxq += wi * float64(x[i]) * qi
+				swx += wi * float64(x[i])
+			}
+			s, m := float64(cur.sc[j]), float64(cur.m[j])
+			saa += s * s * swqq
+			sab += s * m * swq
+			sbb += m * m * sa
+			sxa += s * sxq
+			sxb += m * swx
+		}
+		det := saa*sbb - sab*sab
+		var d, dmin float64
+		switch {
+		case det > 0:
+			d = (sxa*sbb - sxb*sab) / det
+			dmin = (sxa*sab - sxb*saa) / det
+		case saa > 0 && sbb == 0:
+			d, dmin = sxa/saa, float64(cur.dmin)
+		default:
+			d, dmin = -1, -1
+		}
+		if !(d > 0) || !(dmin >= 0) {
+			break
+		}
+		nd, nm := roundF16(float32(d)), roundF16(float32(dmin))
+		if math.IsInf(float64(nd), 0) || math.IsInf(float64(nm), 0) || (nd == cur.d && nm == cur.dmin) {
+			break
+		}
+		cur.d, cur.dmin = nd, nm
+	}
+	if best == math.Inf(1) || math.IsNaN(best) {
+		*r = kAffine{} // nothing representable: all zero
+	}
+}
+
+// symSteps is the number of inverse scales on either side of the max-based
+// one that fastSymSub scores, per sign.
+const symSteps = 4
+
+// symStarts is the number of integers at either end of the sub-block scale
+// range that quantizeKSymFast maps the largest sub-block scale onto.
+const symStarts = 4
+
+// fastSymSub returns a continuous signed scale d for y = d·q with codes q in
+// [qmin, qmax] that fits x (weights w) well: the value of largest magnitude
+// is mapped near either end of the code range, each candidate scored by its
+// least-squares scale, the best refined by alternating least squares and
+// nearest codes.
+func fastSymSub(x, w []float32, qmin, qmax int) float64 {
+	var amax, vmax float32
+	for _, v := range x {
+		if a := abs32(v); a > amax {
+			amax, vmax = a, v
+		}
+	}
+	if amax == 0 {
+		return 0
+	}
+	w = w[:len(x)]
+	fmin, fmax := float32(qmin), float32(qmax)
+	best, bd := 0.0, 0.0
+	score := func(sxl, sll float64) {
+		if !(sll > 0) {
+			return
+		}
+		// Ties (a constant sub-block fits every code exactly) go to the
+		// finer scale, as every sub-block then agrees.
+		if sc, d := sxl*sxl/sll, sxl/sll; sc > best*(1+1e-9) || (sc >= best*(1-1e-9) && math.Abs(d) < math.Abs(bd)) {
+			best, bd = max(best, sc), d
+		}
+	}
+	for _, end := range [2]float32{fmin, fmax} {
+		for is := -symSteps; is <= symSteps; is++ {
+			// (end ± small)/vmax: vmax maps near code end.
+			id := (end + 0.1*float32(is)*sign32(end)) / vmax
+			var sxl0, sll0, sxl1, sll1 float32
+			for j := 0; j+1 < len(x); j += 2 {
+				l0, l1 := symCode(x[j]*id, fmin, fmax), symCode(x[j+1]*id, fmin, fmax)
+				wl0, wl1 := w[j]*l0, w[j+1]*l1
+				sxl0 += wl0 * x[j]
+				sxl1 += wl1 * x[j+1]
+				sll0 += wl0 * l0
+				sll1 += wl1 * l1
+			}
+			score(float64(sxl0)+float64(sxl1), float64(sll0)+float64(sll1))
+		}
+	}
+	for round := 0; round < 2 && bd != 0; round++ {
+		id := float32(1 / bd)
+		var sxl, sll float64
+		for j, v := range x {
+			l := symCode(v*id, fmin, fmax)
+			sxl += float64(w[j] * l * v)
+			sll += float64(w[j] * l * l)
+		}
+		prev := best
+		score(sxl, sll)
+		if best <= prev {
+			break
+		}
+	}
+	return bd
+}
+
+// symCode returns t rounded to the nearest integer (halves away from −∞)
+// and clamped to [fmin, fmax], fmin <= 0. The clamps are done on integers
+// (conditional moves: rounding outcomes are not predictable branches).
+func symCode(t, fmin, fmax float32) float32 {
+	if t > 1e9 { // rare: keeps the conversion in range
+		t = 1e9
+	}
+	i := int32(t - fmin + 0.5) // out of range below: 0 or minInt32
+	i = min(max(i, 0), int32(fmax-fmin))
+	return float32(i) + fmin
+}
+
+// affCode returns t rounded to the nearest integer and clamped to [0, nmax]
+// (see symCode).
+func affCode(t float32, nmax int32) float32 {
+	if t > 1e9 {
+		t = 1e9
+	}
+	return float32(min(max(int32(t+0.5), 0), nmax))
+}
+
+func abs32(v float32) float32 { return math.Float32frombits(math.Float32bits(v) &^ (1 << 31)) }
+
+func sign32(v float32) float32 {
+	if v < 0 {
+		return -1
+	}
+	return 1
+}
+
+// symErrK chooses the nearest codes in [qmin, qmax] for y = dl·q and returns
+// the weighted squared error of the stored values, stopping early (with a
+// value >= limit) once it exceeds limit. q may be nil.
+func symErrK(x, w []float32, dl float32, qmin, qmax int, q []int, limit float64) float64 {
+	var id float32
+	if dl != 0 {
+		id = 1 / dl
+	}
+	fmin, fmax := float32(qmin), float32(qmax)
+	w = w[:len(x)]
+	if q == nil {
+		var e0, e1 float32
+		lim := float32(min(limit, math.MaxFloat32))
+		for c := 0; c+8 <= len(x); c += 8 {
+			xc, wc := x[c:c+8:c+8], w[c:c+8:c+8]
+			for j := 0; j < 8; j += 2 {
+				r0 := xc[j] - dl*symCode(xc[j]*id, fmin, fmax)
+				r1 := xc[j+1] - dl*symCode(xc[j+1]*id, fmin, fmax)
+				e0 += wc[j] * r0 * r0
+				e1 += wc[j+1] * r1 * r1
+			}
+			if e0+e1 >= lim {
+				break
+			}
+		}
+		return float64(e0 + e1)
+	}
+	q = q[:len(x)]
+	var e float64
+	for j, v := range x {
+		l := symCode(v*id, fmin, fmax)
+		r := v - dl*l
+		e += float64(w[j] * r * r)
+		q[j] = int(l)
+	}
+	return e
+}
+
+// quantizeKSymFast is the fast counterpart of quantizeKSym.
+func quantizeKSymFast(x, w []float32, qmin, qmax, smin, smax int, r *kSym) {
+	var ds [16]float64
+	var amax, smaxD float64
+	for j := 0; j < 16; j++ {
+		ds[j] = fastSymSub(x[16*j:16*j+16], w[16*j:16*j+16], qmin, qmax)
+		if math.Abs(ds[j]) > amax {
+			amax, smaxD = math.Abs(ds[j]), ds[j]
+		}
+	}
+	*r = kSym{}
+	if amax == 0 {
+		return
+	}
+	var cur kSym
+	best := math.Inf(1)
+	// descend sets every sub-block's integer scale for super-block scale d
+	// to the best of the integers next to its own continuous scale (and,
+	// unless init, next to its current one) and returns the total error,
+	// stopping early past limit.
+	descend := func(d float32, init bool, limit float64) float64 {
+		cur.d = d
+		var total float64
+		for j := 0; j < 16; j++ {
+			xs, ws := x[16*j:16*j+16], w[16*j:16*j+16]
+			c := roundRatio(ds[j], d, smin, smax)
+			lo, hi := max(smin, c-1), min(smax, c+1)
+			if !init {
+				lo, hi = min(lo, max(smin, cur.sc[j]-1)), max(hi, min(smax, cur.sc[j]+1))
+			}
+			be, bs := math.Inf(1), c
+			for s := lo; s <= hi; s++ {
+				if e := symErrK(xs, ws, d*float32(s), qmin, qmax, nil, be); e < be {
+					be, bs = e, s
+				}
+			}
+			cur.sc[j] = bs
+			total += be // exact: the best one ran to the end
+			if total >= limit {
+				return total
+			}
+		}
+		return total
+	}
+	// codes sets cur.q for cur.d and cur.sc.
+	codes := func() {
+		for j := 0; j < 16; j++ {
+			symErrK(x[16*j:16*j+16], w[16*j:16*j+16], cur.d*float32(cur.sc[j]), qmin, qmax, cur.q[16*j:16*j+16], 0)
+		}
+	}
+	keep := func(total float64) bool {
+		if total < best {
+			best = total
+			codes()
+			*r = cur
+			return true
+		}
+		return false
+	}
+	// refit re-fits the super-block scale by least squares for the chosen
+	// integers and codes, while that helps.
+	refit := func() {
+		for round := 0; round < 2; round++ {
+			var saa, sxa float64
+			for i := 0; i < 256; i++ {
+				a := float64(cur.sc[i/16] * cur.q[i])
+				saa += float64(w[i]) * a * a
+				sxa += float64(w[i]) * float64(x[i]) * a
+			}
+			if saa == 0 {
+				return
+			}
+			nd := roundF16(float32(sxa / saa))
+			if nd == cur.d || nd == 0 || math.IsInf(float64(nd), 0) || !keep(descend(nd, false, best)) {
+				return
+			}
+		}
+	}
+	// The largest sub-block scale mapped onto either end of the integer
+	// range, then onto slightly smaller integers (clipping it in favour of
+	// the others).
+	for k := range 2 * symStarts {
+		d := roundF16(float32(smaxD / float64(smin+k/2)))
+		if k%2 == 1 {
+			d = roundF16(float32(smaxD / float64(smax-k/2)))
+		}
+		if d == 0 || math.IsInf(float64(d), 0) {
+			continue
+		}
+		if keep(descend(d, true, best)) {
+			refit()
+		}
+	}
+	if best == math.Inf(1) {
+		*r = kSym{} // all zero
+		return
+	}
+	// Finally the fp16 neighbours of the best super-block scale.
+	h := Float32ToFloat16(r.d)
+	for _, k := range [...]int{-1, 1, -2, 2} {
+		cur = *r
+		if d := Float16ToFloat32(h + uint16(k)); !math.IsInf(float64(d), 0) && !math.IsNaN(float64(d)) && d != 0 {
+			keep(descend(d, false, best))
+		}
+	}
+}
