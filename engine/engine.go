@@ -170,7 +170,7 @@ func assemble(m weights.Model, tcfg qwen3moe.Config, hcfg schemahead.Config, tok
 	}
 	// The head's products over the record's tokens run on the backend when
 	// it passes Bind's check; otherwise they stay in Go (slower, same result).
-	headOnBackend := head.Bind(b) == nil
+	headOnBackend := head.BindAll(b) == nil
 	return &Engine{headOnBackend: headOnBackend, opts: opts, backend: b, weights: m, tok: tok, thinker: thinker, head: head, lex: schemahead.TensorLexicon(lm)}, nil
 }
 

@@ -1,6 +1,8 @@
 package metal
 
 import (
+	"os"
+	"sync"
 	"testing"
 
 	"github.com/clefrt/clef/engine/backend/conformance"
@@ -17,10 +19,30 @@ func TestConformanceEmulated(t *testing.T) {
 	if testing.Short() {
 		t.Skip("slow: compiles and emulates every kernel")
 	}
-	b, err := NewEmulated()
-	if err != nil {
-		t.Fatal(err)
+	conformance.Run(t, emulated(t))
+}
+
+// shared is the emulated backend the tests share (building it compiles or
+// loads every shader harness); TestMain closes it.
+var shared struct {
+	once sync.Once
+	b    *Backend
+	err  error
+}
+
+func emulated(t *testing.T) *Backend {
+	t.Helper()
+	shared.once.Do(func() { shared.b, shared.err = NewEmulated() })
+	if shared.err != nil {
+		t.Fatal(shared.err)
 	}
-	defer b.Close()
-	conformance.Run(t, b)
+	return shared.b
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if shared.b != nil {
+		shared.b.Close()
+	}
+	os.Exit(code)
 }

@@ -223,36 +223,57 @@ func SelfTest(ctx context.Context, w io.Writer, b, ref backend.Backend, opts Sel
 	for e := range experts {
 		experts[e] = [3]*weights.Tensor{weight(quant.Q4_K, ffn, hidden), weight(quant.Q4_K, ffn, hidden), weight(quant.Q6_K, hidden, ffn)}
 	}
-	checks = append(checks, check{name: fmt.Sprintf("moe (route, map, mul_mm_id q4_K/q6_K, combine) L=%d E=%d k=%d", L, E, topk),
-		// The CPU oracle quantizes activations to 8 bits for block formats
-		// (5e-4 NMSE per matmul in the conformance suite); the MoE chains
-		// three such matmuls through SiLU·up, so its bound is 4x that.
-		tol: 2e-3,
-		run: func(be backend.Backend) (*backend.Tensor, error) {
-			lt, err := be.Upload(logits, L, E)
-			if err != nil {
-				return nil, err
-			}
-			idt, wt, err := be.Route(lt, topk, true)
-			if err != nil {
-				return nil, err
-			}
-			x, err := be.Upload(xs, L, hidden)
-			if err != nil {
-				return nil, err
-			}
-			ex := make([]backend.Expert, E)
-			for e := range ex {
-				var ts [3]*backend.Tensor
-				for i := range ts {
-					if ts[i], err = be.Weight(experts[e][i]); err != nil {
-						return nil, err
-					}
+	// The same experts once more, back to back in one array per projection
+	// as a GGUF *_exps tensor holds them: the one-launch gathered path.
+	stacked := make([][3]*weights.Tensor, E)
+	for p := 0; p < 3; p++ {
+		n := len(experts[0][p].Data)
+		all := make([]byte, 0, E*n)
+		for e := range experts {
+			all = append(all, experts[e][p].Data...)
+		}
+		for e := range stacked {
+			t := *experts[e][p]
+			t.Data = all[e*n : (e+1)*n : (e+1)*n]
+			stacked[e][p] = &t
+		}
+	}
+	for _, set := range []struct {
+		what    string
+		experts [][3]*weights.Tensor
+	}{{"separate experts", experts}, {"stacked experts", stacked}} {
+		experts := set.experts
+		checks = append(checks, check{name: fmt.Sprintf("moe q4_K/q6_K %s L=%d E=%d k=%d", set.what, L, E, topk),
+			// The CPU oracle quantizes activations to 8 bits for block formats
+			// (5e-4 NMSE per matmul in the conformance suite); the MoE chains
+			// three such matmuls through SiLU·up, so its bound is 4x that.
+			tol: 2e-3,
+			run: func(be backend.Backend) (*backend.Tensor, error) {
+				lt, err := be.Upload(logits, L, E)
+				if err != nil {
+					return nil, err
 				}
-				ex[e] = backend.Expert{Gate: ts[0], Up: ts[1], Down: ts[2]}
-			}
-			return be.MoE(x, idt, wt, ex)
-		}})
+				idt, wt, err := be.Route(lt, topk, true)
+				if err != nil {
+					return nil, err
+				}
+				x, err := be.Upload(xs, L, hidden)
+				if err != nil {
+					return nil, err
+				}
+				ex := make([]backend.Expert, E)
+				for e := range ex {
+					var ts [3]*backend.Tensor
+					for i := range ts {
+						if ts[i], err = be.Weight(experts[e][i]); err != nil {
+							return nil, err
+						}
+					}
+					ex[e] = backend.Expert{Gate: ts[0], Up: ts[1], Down: ts[2]}
+				}
+				return be.MoE(x, idt, wt, ex)
+			}})
+	}
 
 	failed := 0
 	for _, c := range checks {

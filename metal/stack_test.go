@@ -35,16 +35,13 @@ func TestMoEStacked(t *testing.T) {
 	if testing.Short() {
 		t.Skip("slow: compiles and emulates the kernels")
 	}
-	b, err := NewEmulated()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := emulated(t)
 	cnt := &launchCounter{gpu: b.dev, n: map[string]int{}}
 	b.dev = cnt
+	defer func() { b.dev = cnt.gpu }()
 	rng := rand.New(rand.NewSource(7))
 	for _, typ := range []quant.Type{quant.Q4_K, quant.Q8_0} {
-		const L, E, k, hidden, ffn = 120, 8, 3, 256, 256 // ~45 entries per expert: two tiles
+		const L, E, k, hidden, ffn = 60, 4, 3, 256, 256 // ~45 entries per expert: two tiles
 		rb, err := quant.RowBytes(typ, hidden)
 		if err != nil {
 			t.Fatal(err)

@@ -75,8 +75,9 @@ func Formats() []*Format {
 	return out
 }
 
-// maxCols bounds row lengths so that size arithmetic cannot overflow.
-const maxCols = 1 << 40
+// maxCols bounds row lengths so that size arithmetic cannot overflow, on
+// 32-bit platforms too (8 bytes per value at most).
+const maxCols = min(1<<40, math.MaxInt/8)
 
 // RowBytes returns the bytes of one row of cols values of type t, or an
 // error when t has no block format or cols is not a whole number of blocks.

@@ -21,15 +21,43 @@ import "math"
 //
 // All inner loops run over fixed-size arrays without allocation.
 
-// affineSteps is the number of inverse scales fastAffineSub scores.
-const affineSteps = 10
+// effort sets how many candidates the fast search visits. With an
+// importance matrix the search does more: outliers of high importance make
+// clipping choices matter more.
+type effort struct {
+	affineSteps  int  // inverse scales fastAffineSub scores
+	affineRounds int  // descent rounds of quantizeKAffineFast
+	affineReach  int  // how far from the current integers the descent looks
+	affineClip   int  // clipping inverse scales fastAffineSub scores
+	affineTop    int  // candidates fastAffineSub refines (at most 8; 1: the best)
+	affineProbe  int  // neighbours the descent evaluates in full (0: all)
+	symSteps     int  // inverse scales either side of the qmin-end one (fastSymSub)
+	symStepsMax  int  // the same for the qmax end
+	symFull      int  // candidate super-block scales descended from (quantizeKSymFast)
+	symNeigh     int  // fp16 neighbours on either side tried last
+	unit         bool // all weights are 1
+}
 
-// affineRounds bounds the descent rounds of quantizeKAffineFast.
-const affineRounds = 2
+var (
+	plainEffort   = effort{affineSteps: 10, affineRounds: 2, affineReach: 1, affineTop: 1, affineProbe: 3, symSteps: 2, symStepsMax: 1, symFull: 1, symNeigh: 1, unit: true}
+	imatrixEffort = effort{affineSteps: 20, affineRounds: 3, affineReach: 1, affineClip: 8, affineTop: 6, symSteps: 6, symStepsMax: 6, symFull: 3, symNeigh: 2}
+)
+
+// effortFor returns the search effort for a row with or without an
+// importance matrix.
+func effortFor(imatrix []float32) *effort {
+	if imatrix != nil {
+		return &imatrixEffort
+	}
+	return &plainEffort
+}
+
+// affCand is a candidate (d, m) of fastAffineSub and its error.
+type affCand struct{ d, m, e float64 }
 
 // fastAffineSub returns a continuous scale d >= 0 and offset mn >= 0 for
 // y = d·q − mn with codes q in [0, nmax] that fit x (weights w) well.
-func fastAffineSub(x, w []float32, nmax int) (d, mn float64) {
+func fastAffineSub(x, w []float32, nmax int, ef *effort) (d, mn float64) {
 	lo, hi := x[0], x[0]
 	var sw, sx, sxx float64
 	for j, v := range x {
@@ -48,73 +76,132 @@ func fastAffineSub(x, w []float32, nmax int) (d, mn float64) {
 	}
 	span := hi - lo
 	fmax, n := float32(nmax), int32(nmax)
-	best := math.Inf(1)
-	bd, bm := float64(span)/float64(nmax), float64(lo)
-	// fit scores codes l by their least-squares (d, m), m <= 0.
-	fit := func(sl, sll, sxl float64) {
+	w = w[:len(x)]
+	// fit returns the least-squares (d, m <= 0) for codes with sums
+	// Σw·l, Σw·l², Σw·x·l, and its error in closed form.
+	fit := func(sl, sll, sxl float64) (affCand, bool) {
 		det := sw*sll - sl*sl
 		var d, m float64
-		if det > 0 {
+		// All codes equal (or nearly, by weight: the float32 sums are
+		// good to about 1e-7): the minimum is not determined, so it
+		// stays 0.
+		singular := !(det > 1e-5*sw*sll)
+		if !singular {
 			d = (sw*sxl - sl*sx) / det
 			m = (sll*sx - sl*sxl) / det
 		}
-		if det <= 0 || m > 0 {
+		if singular || m > 0 {
 			if sll == 0 {
-				return
+				return affCand{}, false
 			}
 			m, d = 0, sxl/sll
 		}
 		if !(d > 0) {
-			return
+			return affCand{}, false
 		}
-		e := sxx - 2*d*sxl - 2*m*sx + d*d*sll + 2*d*m*sl + m*m*sw
-		if e < best {
-			best, bd, bm = e, d, m
-		}
+		return affCand{d, m, sxx - 2*d*sxl - 2*m*sx + d*d*sll + 2*d*m*sl + m*m*sw}, true
 	}
-	w = w[:len(x)]
-	for is := 0; is <= affineSteps; is++ {
-		iscale := (fmax - 1 + 2*float32(is)/affineSteps) / span
+	// Errors closer than tie are rounding noise of the float32 sums: among
+	// them the finer scale wins (a constant sub-block fits every code
+	// exactly, and the finest fit leaves the super-block scale room).
+	tie := 1e-6 * sxx
+	better := func(a, b affCand) bool { return a.e < b.e-tie || (a.e <= b.e+tie && a.d < b.d) }
+	best := affCand{float64(span) / float64(nmax), float64(lo), math.Inf(1)}
+	// The runners-up are kept for the refinement below.
+	var tops [8]affCand
+	ntop := min(max(ef.affineTop, 1), len(tops))
+	for i := range tops {
+		tops[i].e = math.Inf(1)
+	}
+	// Few codes (q2_K) need fewer steps.
+	nsteps := min(ef.affineSteps, 2*nmax)
+	steps := float32(nsteps)
+	for is := 0; is <= nsteps+ef.affineClip; is++ {
+		// nmax−1 .. nmax+1 codes over the range, then ranges clipped by
+		// factors of 1.25, 1.5, 1.75, …: an outlier of low importance
+		// may be worth sacrificing.
+		iscale := (fmax - 1 + 2*float32(is)/steps) / span
+		if is > nsteps {
+			iscale = fmax * (1 + 0.25*float32(is-nsteps)) / span
+		}
 		var sl0, sll0, sxl0, sl1, sll1, sxl1 float32
-		for j := 0; j+1 < len(x); j += 2 {
-			v0, v1 := x[j], x[j+1]
-			l0, l1 := affCode((v0-lo)*iscale, n), affCode((v1-lo)*iscale, n)
-			wl0, wl1 := w[j]*l0, w[j+1]*l1
-			sl0 += wl0
-			sl1 += wl1
-			sll0 += wl0 * l0
-			sll1 += wl1 * l1
-			sxl0 += wl0 * v0
-			sxl1 += wl1 * v1
+		if ef.unit {
+			for j := 0; j+1 < len(x); j += 2 {
+				v0, v1 := x[j], x[j+1]
+				l0, l1 := affCode((v0-lo)*iscale, n), affCode((v1-lo)*iscale, n)
+				sl0 += l0
+				sl1 += l1
+				sll0 += l0 * l0
+				sll1 += l1 * l1
+				sxl0 += l0 * v0
+				sxl1 += l1 * v1
+			}
+		} else {
+			for j := 0; j+1 < len(x); j += 2 {
+				v0, v1 := x[j], x[j+1]
+				l0, l1 := affCode((v0-lo)*iscale, n), affCode((v1-lo)*iscale, n)
+				wl0, wl1 := w[j]*l0, w[j+1]*l1
+				sl0 += wl0
+				sl1 += wl1
+				sll0 += wl0 * l0
+				sll1 += wl1 * l1
+				sxl0 += wl0 * v0
+				sxl1 += wl1 * v1
+			}
 		}
-		sl, sll, sxl := float64(sl0)+float64(sl1), float64(sll0)+float64(sll1), float64(sxl0)+float64(sxl1)
-		fit(sl, sll, sxl)
+		c, ok := fit(float64(sl0)+float64(sl1), float64(sll0)+float64(sll1), float64(sxl0)+float64(sxl1))
+		if !ok {
+			continue
+		}
+		if better(c, best) {
+			best = c
+		}
+		if k := ntop - 1; ntop > 1 && c.e < tops[k].e {
+			for k > 0 && c.e < tops[k-1].e {
+				tops[k] = tops[k-1]
+				k--
+			}
+			tops[k] = c
+		}
 	}
-	// Alternate nearest codes and least squares from the best candidate.
-	for round := 0; round < 2; round++ {
-		id := float32(1 / bd)
-		m := float32(bm)
-		var sl, sll, sxl float64
-		for j, v := range x {
-			l := affCode((v-m)*id, n)
-			wl := float64(w[j]) * float64(l)
-			sl += wl
-			sll += wl * float64(l)
-			sxl += wl * float64(v)
-		}
-		prev := best
-		fit(sl, sll, sxl)
-		if best >= prev {
+	if best.e == math.Inf(1) {
+		return best.d, -best.m
+	}
+	if ntop == 1 {
+		tops[0] = best
+	}
+	// Alternate nearest codes and least squares from the best candidates.
+	for _, c := range tops[:ntop] {
+		if c.e == math.Inf(1) {
 			break
 		}
+		for round := 0; round < 2; round++ {
+			id, m := float32(1/c.d), float32(c.m)
+			var sl, sll, sxl float64
+			for j, v := range x {
+				l := affCode((v-m)*id, n)
+				wl := float64(w[j]) * float64(l)
+				sl += wl
+				sll += wl * float64(l)
+				sxl += wl * float64(v)
+			}
+			nc, ok := fit(sl, sll, sxl)
+			if !ok || !better(nc, c) {
+				break
+			}
+			c = nc
+			if better(c, best) {
+				best = c
+			}
+		}
 	}
-	return bd, -bm
+	return best.d, -best.m
 }
 
 // affineErrK chooses the nearest codes in [0, nmax] for y = dl·q − ml and
 // returns the weighted squared error of the stored values, stopping early
 // (with a value >= limit) once it exceeds limit. q may be nil.
-func affineErrK(x, w []float32, dl, ml float32, nmax int, q []int, limit float64) float64 {
+func affineErrK(x, w []float32, unit bool, dl, ml float32, nmax int, q []int, limit float64) float64 {
 	var id float32
 	if dl != 0 {
 		id = 1 / dl
@@ -125,6 +212,21 @@ func affineErrK(x, w []float32, dl, ml float32, nmax int, q []int, limit float64
 		// Two accumulators halve the dependency chain.
 		var e0, e1 float32
 		lim := float32(min(limit, math.MaxFloat32))
+		if unit {
+			for c := 0; c+8 <= len(x); c += 8 {
+				xc := x[c : c+8 : c+8]
+				for j := 0; j < 8; j += 2 {
+					l0, l1 := affCode((xc[j]+ml)*id, n), affCode((xc[j+1]+ml)*id, n)
+					r0, r1 := xc[j]-(dl*l0-ml), xc[j+1]-(dl*l1-ml)
+					e0 += r0 * r0
+					e1 += r1 * r1
+				}
+				if e0+e1 >= lim {
+					break
+				}
+			}
+			return float64(e0 + e1)
+		}
 		for c := 0; c+8 <= len(x); c += 8 {
 			xc, wc := x[c:c+8:c+8], w[c:c+8:c+8]
 			for j := 0; j < 8; j += 2 {
@@ -151,12 +253,12 @@ func affineErrK(x, w []float32, dl, ml float32, nmax int, q []int, limit float64
 }
 
 // quantizeKAffineFast is the fast counterpart of quantizeKAffine.
-func quantizeKAffineFast(x, w []float32, sub, nmax, smax int, r *kAffine) {
+func quantizeKAffineFast(x, w []float32, sub, nmax, smax int, ef *effort, r *kAffine) {
 	nsub := 256 / sub
 	var ds, ms [16]float64
 	var maxD, maxM float64
 	for j := 0; j < nsub; j++ {
-		ds[j], ms[j] = fastAffineSub(x[j*sub:(j+1)*sub], w[j*sub:(j+1)*sub], nmax)
+		ds[j], ms[j] = fastAffineSub(x[j*sub:(j+1)*sub], w[j*sub:(j+1)*sub], nmax, ef)
 		maxD, maxM = max(maxD, ds[j]), max(maxM, ms[j])
 	}
 	best := math.Inf(1)
@@ -171,25 +273,67 @@ func quantizeKAffineFast(x, w []float32, sub, nmax, smax int, r *kAffine) {
 		cur.sc[j] = roundRatio(ds[j], cur.d, 0, smax)
 		cur.m[j] = roundRatio(ms[j], cur.dmin, 0, smax)
 	}
-	for round := 0; round < affineRounds; round++ {
+	// Per sub-block Σw, Σw·x, Σw·x² for the error model below.
+	var subW, subX, subXX [16]float64
+	for i := 0; i < 256; i++ {
+		wi, xi := float64(w[i]), float64(x[i])
+		subW[i/sub] += wi
+		subX[i/sub] += wi * xi
+		subXX[i/sub] += wi * xi * xi
+	}
+	type probe struct {
+		s, m int
+		e    float64
+	}
+	for round := 0; round < ef.affineRounds; round++ {
 		var total float64
 		for j := 0; j < nsub; j++ {
-			xs, ws := x[j*sub:(j+1)*sub], w[j*sub:(j+1)*sub]
+			xs, ws, qs := x[j*sub:(j+1)*sub], w[j*sub:(j+1)*sub], cur.q[j*sub:(j+1)*sub]
 			s0, m0 := cur.sc[j], cur.m[j]
-			be := affineErrK(xs, ws, cur.d*float32(s0), cur.dmin*float32(m0), nmax, nil, math.Inf(1))
+			be := affineErrK(xs, ws, ef.unit, cur.d*float32(s0), cur.dmin*float32(m0), nmax, qs, 0)
 			bs, bm := s0, m0
-			for s := max(0, s0-1); s <= min(smax, s0+1); s++ {
-				for m := max(0, m0-1); m <= min(smax, m0+1); m++ {
+			// The neighbours are ranked by their error with the current
+			// codes kept (closed form, an upper bound of the error with
+			// the codes re-chosen); the best ef.affineProbe get the full
+			// evaluation.
+			var sq, sqq, sxq float64
+			for i, q := range qs {
+				wq := float64(ws[i]) * float64(q)
+				sq += wq
+				sqq += wq * float64(q)
+				sxq += wq * float64(xs[i])
+			}
+			var probes [25]probe
+			np := 0
+			for s := max(0, s0-ef.affineReach); s <= min(smax, s0+ef.affineReach); s++ {
+				for m := max(0, m0-ef.affineReach); m <= min(smax, m0+ef.affineReach); m++ {
 					if s == s0 && m == m0 {
 						continue
 					}
-					if e := affineErrK(xs, ws, cur.d*float32(s), cur.dmin*float32(m), nmax, nil, be); e < be {
-						be, bs, bm = e, s, m
+					dl, ml := float64(cur.d*float32(s)), float64(cur.dmin*float32(m))
+					e := subXX[j] - 2*dl*sxq + 2*ml*subX[j] + dl*dl*sqq - 2*dl*ml*sq + ml*ml*subW[j]
+					k := np
+					for k > 0 && e < probes[k-1].e {
+						probes[k] = probes[k-1]
+						k--
 					}
+					probes[k] = probe{s, m, e}
+					np++
+				}
+			}
+			if ef.affineProbe > 0 {
+				np = min(np, ef.affineProbe)
+			}
+			for _, p := range probes[:np] {
+				if e := affineErrK(xs, ws, ef.unit, cur.d*float32(p.s), cur.dmin*float32(p.m), nmax, nil, be); e < be {
+					be, bs, bm = e, p.s, p.m
 				}
 			}
 			cur.sc[j], cur.m[j] = bs, bm
-			total += affineErrK(xs, ws, cur.d*float32(bs), cur.dmin*float32(bm), nmax, cur.q[j*sub:(j+1)*sub], 0)
+			if bs != s0 || bm != m0 {
+				be = affineErrK(xs, ws, ef.unit, cur.d*float32(bs), cur.dmin*float32(bm), nmax, qs, 0)
+			}
+			total += be
 		}
 		if total < best {
 			best = total
@@ -242,20 +386,16 @@ func quantizeKAffineFast(x, w []float32, sub, nmax, smax int, r *kAffine) {
 	}
 }
 
-// symSteps is the number of inverse scales on either side of the max-based
-// one that fastSymSub scores, per sign.
-const symSteps = 4
-
 // symStarts is the number of integers at either end of the sub-block scale
 // range that quantizeKSymFast maps the largest sub-block scale onto.
-const symStarts = 4
+const symStarts = 6
 
 // fastSymSub returns a continuous signed scale d for y = d·q with codes q in
 // [qmin, qmax] that fits x (weights w) well: the value of largest magnitude
 // is mapped near either end of the code range, each candidate scored by its
 // least-squares scale, the best refined by alternating least squares and
 // nearest codes.
-func fastSymSub(x, w []float32, qmin, qmax int) float64 {
+func fastSymSub(x, w []float32, qmin, qmax int, ef *effort) float64 {
 	var amax, vmax float32
 	for _, v := range x {
 		if a := abs32(v); a > amax {
@@ -274,22 +414,40 @@ func fastSymSub(x, w []float32, qmin, qmax int) float64 {
 		}
 		// Ties (a constant sub-block fits every code exactly) go to the
 		// finer scale, as every sub-block then agrees.
-		if sc, d := sxl*sxl/sll, sxl/sll; sc > best*(1+1e-9) || (sc >= best*(1-1e-9) && math.Abs(d) < math.Abs(bd)) {
+		// (within the rounding noise of the float32 sums).
+		if sc, d := sxl*sxl/sll, sxl/sll; sc > best*(1+1e-6) || (sc >= best*(1-1e-6) && math.Abs(d) < math.Abs(bd)) {
 			best, bd = max(best, sc), d
 		}
 	}
-	for _, end := range [2]float32{fmin, fmax} {
-		for is := -symSteps; is <= symSteps; is++ {
+	// Steps of 2.5% of the range; the end with more codes (qmin) gets
+	// more of them.
+	step := -0.025 * fmin
+	for e, end := range [2]float32{fmin, fmax} {
+		steps := ef.symSteps
+		if e == 1 {
+			steps = ef.symStepsMax
+		}
+		for is := -steps; is <= steps; is++ {
 			// (end ± small)/vmax: vmax maps near code end.
-			id := (end + 0.1*float32(is)*sign32(end)) / vmax
+			id := (end + step*float32(is)*sign32(end)) / vmax
 			var sxl0, sll0, sxl1, sll1 float32
-			for j := 0; j+1 < len(x); j += 2 {
-				l0, l1 := symCode(x[j]*id, fmin, fmax), symCode(x[j+1]*id, fmin, fmax)
-				wl0, wl1 := w[j]*l0, w[j+1]*l1
-				sxl0 += wl0 * x[j]
-				sxl1 += wl1 * x[j+1]
-				sll0 += wl0 * l0
-				sll1 += wl1 * l1
+			if ef.unit {
+				for j := 0; j+1 < len(x); j += 2 {
+					l0, l1 := symCode(x[j]*id, fmin, fmax), symCode(x[j+1]*id, fmin, fmax)
+					sxl0 += l0 * x[j]
+					sxl1 += l1 * x[j+1]
+					sll0 += l0 * l0
+					sll1 += l1 * l1
+				}
+			} else {
+				for j := 0; j+1 < len(x); j += 2 {
+					l0, l1 := symCode(x[j]*id, fmin, fmax), symCode(x[j+1]*id, fmin, fmax)
+					wl0, wl1 := w[j]*l0, w[j+1]*l1
+					sxl0 += wl0 * x[j]
+					sxl1 += wl1 * x[j+1]
+					sll0 += wl0 * l0
+					sll1 += wl1 * l1
+				}
 			}
 			score(float64(sxl0)+float64(sxl1), float64(sll0)+float64(sll1))
 		}
@@ -344,7 +502,7 @@ func sign32(v float32) float32 {
 // symErrK chooses the nearest codes in [qmin, qmax] for y = dl·q and returns
 // the weighted squared error of the stored values, stopping early (with a
 // value >= limit) once it exceeds limit. q may be nil.
-func symErrK(x, w []float32, dl float32, qmin, qmax int, q []int, limit float64) float64 {
+func symErrK(x, w []float32, unit bool, dl float32, qmin, qmax int, q []int, limit float64) float64 {
 	var id float32
 	if dl != 0 {
 		id = 1 / dl
@@ -354,6 +512,21 @@ func symErrK(x, w []float32, dl float32, qmin, qmax int, q []int, limit float64)
 	if q == nil {
 		var e0, e1 float32
 		lim := float32(min(limit, math.MaxFloat32))
+		if unit {
+			for c := 0; c+8 <= len(x); c += 8 {
+				xc := x[c : c+8 : c+8]
+				for j := 0; j < 8; j += 2 {
+					r0 := xc[j] - dl*symCode(xc[j]*id, fmin, fmax)
+					r1 := xc[j+1] - dl*symCode(xc[j+1]*id, fmin, fmax)
+					e0 += r0 * r0
+					e1 += r1 * r1
+				}
+				if e0+e1 >= lim {
+					break
+				}
+			}
+			return float64(e0 + e1)
+		}
 		for c := 0; c+8 <= len(x); c += 8 {
 			xc, wc := x[c:c+8:c+8], w[c:c+8:c+8]
 			for j := 0; j < 8; j += 2 {
@@ -380,11 +553,11 @@ func symErrK(x, w []float32, dl float32, qmin, qmax int, q []int, limit float64)
 }
 
 // quantizeKSymFast is the fast counterpart of quantizeKSym.
-func quantizeKSymFast(x, w []float32, qmin, qmax, smin, smax int, r *kSym) {
+func quantizeKSymFast(x, w []float32, qmin, qmax, smin, smax int, ef *effort, r *kSym) {
 	var ds [16]float64
 	var amax, smaxD float64
 	for j := 0; j < 16; j++ {
-		ds[j] = fastSymSub(x[16*j:16*j+16], w[16*j:16*j+16], qmin, qmax)
+		ds[j] = fastSymSub(x[16*j:16*j+16], w[16*j:16*j+16], qmin, qmax, ef)
 		if math.Abs(ds[j]) > amax {
 			amax, smaxD = math.Abs(ds[j]), ds[j]
 		}
@@ -409,9 +582,17 @@ func quantizeKSymFast(x, w []float32, qmin, qmax, smin, smax int, r *kSym) {
 			if !init {
 				lo, hi = min(lo, max(smin, cur.sc[j]-1)), max(hi, min(smax, cur.sc[j]+1))
 			}
-			be, bs := math.Inf(1), c
+			// The likely best first, so that the others stop early.
+			first := c
+			if !init {
+				first = min(max(cur.sc[j], lo), hi)
+			}
+			be, bs := symErrK(xs, ws, ef.unit, d*float32(first), qmin, qmax, nil, math.Inf(1)), first
 			for s := lo; s <= hi; s++ {
-				if e := symErrK(xs, ws, d*float32(s), qmin, qmax, nil, be); e < be {
+				if s == first {
+					continue
+				}
+				if e := symErrK(xs, ws, ef.unit, d*float32(s), qmin, qmax, nil, be); e < be {
 					be, bs = e, s
 				}
 			}
@@ -426,7 +607,7 @@ func quantizeKSymFast(x, w []float32, qmin, qmax, smin, smax int, r *kSym) {
 	// codes sets cur.q for cur.d and cur.sc.
 	codes := func() {
 		for j := 0; j < 16; j++ {
-			symErrK(x[16*j:16*j+16], w[16*j:16*j+16], cur.d*float32(cur.sc[j]), qmin, qmax, cur.q[16*j:16*j+16], 0)
+			symErrK(x[16*j:16*j+16], w[16*j:16*j+16], ef.unit, cur.d*float32(cur.sc[j]), qmin, qmax, cur.q[16*j:16*j+16], 0)
 		}
 	}
 	keep := func(total float64) bool {
@@ -457,18 +638,67 @@ func quantizeKSymFast(x, w []float32, qmin, qmax, smin, smax int, r *kSym) {
 			}
 		}
 	}
-	// The largest sub-block scale mapped onto either end of the integer
-	// range, then onto slightly smaller integers (clipping it in favour of
-	// the others).
-	for k := range 2 * symStarts {
-		d := roundF16(float32(smaxD / float64(smin+k/2)))
-		if k%2 == 1 {
-			d = roundF16(float32(smaxD / float64(smax-k/2)))
+	// Candidate super-block scales: the largest sub-block scale mapped onto
+	// the integers at either end of the range, and onto smaller ones by
+	// factors of 2^(−1/3) (clipping it in favour of the others). They are
+	// ranked by a model that keeps every sub-block's codes at those of its
+	// continuous optimum (an upper bound of the error with the codes
+	// re-chosen, O(1) per sub-block and integer), and the best few get the
+	// full descent.
+	var cands [2*symStarts + 8]float32
+	nc := 0
+	addCand := func(d0 float64) {
+		if d := roundF16(float32(d0)); d != 0 && !math.IsInf(float64(d), 0) {
+			cands[nc] = d
+			nc++
 		}
-		if d == 0 || math.IsInf(float64(d), 0) {
-			continue
+	}
+	for k := 0; k < symStarts; k++ {
+		addCand(smaxD / float64(smin+k))
+		addCand(smaxD / float64(smax-k))
+	}
+	for k := 1; k <= 4; k++ {
+		f := math.Pow(2, -float64(k)/3)
+		addCand(smaxD * f / float64(smin))
+		addCand(smaxD * f / float64(smax))
+	}
+	var e0, sxq, sqq [16]float64
+	for j := 0; j < 16; j++ {
+		xs, ws := x[16*j:16*j+16], w[16*j:16*j+16]
+		var qs [16]int
+		symErrK(xs, ws, ef.unit, float32(ds[j]), qmin, qmax, qs[:], 0)
+		for i, v := range xs {
+			wi, qi := float64(ws[i]), float64(qs[i])
+			e0[j] += wi * float64(v) * float64(v)
+			sxq[j] += wi * float64(v) * qi
+			sqq[j] += wi * qi * qi
 		}
-		if keep(descend(d, true, best)) {
+	}
+	var model [len(cands)]float64
+	for c := 0; c < nc; c++ {
+		d := float64(cands[c])
+		for j := 0; j < 16; j++ {
+			k := roundRatio(ds[j], cands[c], smin, smax)
+			be := math.Inf(1)
+			for s := max(smin, k-1); s <= min(smax, k+1); s++ {
+				dl := d * float64(s)
+				be = min(be, e0[j]-2*dl*sxq[j]+dl*dl*sqq[j])
+			}
+			model[c] += be
+		}
+	}
+	for range ef.symFull {
+		bc := -1
+		for c := 0; c < nc; c++ {
+			if model[c] < math.Inf(1) && (bc < 0 || model[c] < model[bc]) {
+				bc = c
+			}
+		}
+		if bc < 0 {
+			break
+		}
+		model[bc] = math.Inf(1)
+		if keep(descend(cands[bc], true, best)) {
 			refit()
 		}
 	}
@@ -478,7 +708,10 @@ func quantizeKSymFast(x, w []float32, qmin, qmax, smin, smax int, r *kSym) {
 	}
 	// Finally the fp16 neighbours of the best super-block scale.
 	h := Float32ToFloat16(r.d)
-	for _, k := range [...]int{-1, 1, -2, 2} {
+	for k := -ef.symNeigh; k <= ef.symNeigh; k++ {
+		if k == 0 {
+			continue
+		}
 		cur = *r
 		if d := Float16ToFloat32(h + uint16(k)); !math.IsInf(float64(d), 0) && !math.IsNaN(float64(d)) && d != 0 {
 			keep(descend(d, false, best))

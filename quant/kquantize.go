@@ -232,19 +232,25 @@ func quantizeKSym(x, w []float32, qmin, qmax, smin, smax int, r *kSym) {
 }
 
 // kAffineSearch returns the affine K-format search of the given mode.
-func kAffineSearch(exhaustive bool) func(x, w []float32, sub, nmax, smax int, r *kAffine) {
+func kAffineSearch(exhaustive bool, imatrix []float32) func(x, w []float32, sub, nmax, smax int, r *kAffine) {
 	if exhaustive {
 		return quantizeKAffine
 	}
-	return quantizeKAffineFast
+	ef := effortFor(imatrix)
+	return func(x, w []float32, sub, nmax, smax int, r *kAffine) {
+		quantizeKAffineFast(x, w, sub, nmax, smax, ef, r)
+	}
 }
 
 // kSymSearch returns the signed K-format search of the given mode.
-func kSymSearch(exhaustive bool) func(x, w []float32, qmin, qmax, smin, smax int, r *kSym) {
+func kSymSearch(exhaustive bool, imatrix []float32) func(x, w []float32, qmin, qmax, smin, smax int, r *kSym) {
 	if exhaustive {
 		return quantizeKSym
 	}
-	return quantizeKSymFast
+	ef := effortFor(imatrix)
+	return func(x, w []float32, qmin, qmax, smin, smax int, r *kSym) {
+		quantizeKSymFast(x, w, qmin, qmax, smin, smax, ef, r)
+	}
 }
 
 func quantizeQ2_K(dst []byte, src []float32, imatrix []float32) { encodeQ2_K(dst, src, imatrix, false) }
@@ -256,7 +262,7 @@ func encodeQ2_K(dst []byte, src []float32, imatrix []float32, exhaustive bool) {
 	var r kAffine
 	for i := 0; i < len(src)/256; i++ {
 		x := flushTiny(xb[:], src[256*i:256*i+256])
-		kAffineSearch(exhaustive)(x, weightsOf(imatrix, 256*i, 256, wb[:]), 16, 3, 15, &r)
+		kAffineSearch(exhaustive, imatrix)(x, weightsOf(imatrix, 256*i, 256, wb[:]), 16, 3, 15, &r)
 		b := dst[84*i : 84*i+84]
 		clear(b)
 		for j := 0; j < 16; j++ {
@@ -281,7 +287,7 @@ func encodeQ4_K(dst []byte, src []float32, imatrix []float32, exhaustive bool) {
 	var r kAffine
 	for i := 0; i < len(src)/256; i++ {
 		x := flushTiny(xb[:], src[256*i:256*i+256])
-		kAffineSearch(exhaustive)(x, weightsOf(imatrix, 256*i, 256, wb[:]), 32, 15, 63, &r)
+		kAffineSearch(exhaustive, imatrix)(x, weightsOf(imatrix, 256*i, 256, wb[:]), 32, 15, 63, &r)
 		b := dst[144*i : 144*i+144]
 		putF16(b, r.d)
 		putF16(b[2:], r.dmin)
@@ -306,7 +312,7 @@ func encodeQ5_K(dst []byte, src []float32, imatrix []float32, exhaustive bool) {
 	var r kAffine
 	for i := 0; i < len(src)/256; i++ {
 		x := flushTiny(xb[:], src[256*i:256*i+256])
-		kAffineSearch(exhaustive)(x, weightsOf(imatrix, 256*i, 256, wb[:]), 32, 31, 63, &r)
+		kAffineSearch(exhaustive, imatrix)(x, weightsOf(imatrix, 256*i, 256, wb[:]), 32, 31, 63, &r)
 		b := dst[176*i : 176*i+176]
 		putF16(b, r.d)
 		putF16(b[2:], r.dmin)
@@ -334,7 +340,7 @@ func encodeQ3_K(dst []byte, src []float32, imatrix []float32, exhaustive bool) {
 	var r kSym
 	for i := 0; i < len(src)/256; i++ {
 		x := flushTiny(xb[:], src[256*i:256*i+256])
-		kSymSearch(exhaustive)(x, weightsOf(imatrix, 256*i, 256, wb[:]), -4, 3, -32, 31, &r)
+		kSymSearch(exhaustive, imatrix)(x, weightsOf(imatrix, 256*i, 256, wb[:]), -4, 3, -32, 31, &r)
 		b := dst[110*i : 110*i+110]
 		clear(b)
 		for j := 0; j < 16; j++ {
@@ -367,7 +373,7 @@ func encodeQ6_K(dst []byte, src []float32, imatrix []float32, exhaustive bool) {
 	var r kSym
 	for i := 0; i < len(src)/256; i++ {
 		x := flushTiny(xb[:], src[256*i:256*i+256])
-		kSymSearch(exhaustive)(x, weightsOf(imatrix, 256*i, 256, wb[:]), -32, 31, -128, 127, &r)
+		kSymSearch(exhaustive, imatrix)(x, weightsOf(imatrix, 256*i, 256, wb[:]), -32, 31, -128, 127, &r)
 		b := dst[210*i : 210*i+210]
 		clear(b)
 		for j := 0; j < 16; j++ {

@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/clefrt/clef/metal"
@@ -459,5 +460,30 @@ func init() {
 		register("mul_mm_"+f.name, mulMmCase(f))
 		register("mul_mm_id_"+f.name, mulMmIDCase(f))
 		register("get_rows_"+f.name, getRowsCase(f))
+	}
+}
+
+// TestWideLoadAlignment: the emulator stops a kernel whose word loads are
+// given a misaligned address (x86 would load it anyway; a GPU may not). A
+// q4_K row of 146 bytes puts row 1 at a 2-byte boundary.
+func TestWideLoadAlignment(t *testing.T) {
+	if !emu.Available() {
+		t.Skipf("%s not found", emu.Clang)
+	}
+	buildAll(t)
+	h := harnesses["get_rows_q4_K"]
+	args := metal.KargsGetRows{NIDs: 1, Cols: 256, RowBytes: 146, NRows: 2}
+	w := make([]byte, 2*146)
+	_, err := h.Run(&emu.Job{Kernel: "get_rows_q4_K", Grid: [3]int{1, 1, 1}, Group: [3]int{64, 1, 1},
+		Buffers: []emu.Buffer{{Index: 0, Data: metal.Bytes(&args)}, {Index: 1, Data: w}, {Index: 2, Data: w}, {Index: 3, Data: w},
+			{Index: 4, Data: emu.I32([]int32{1})}, {Index: 5, Data: make([]byte, 4*256)}}})
+	if err == nil || !strings.Contains(err.Error(), "misaligned") {
+		t.Fatalf("misaligned q4_K row: got %v, want a misaligned-load error", err)
+	}
+	args.RowBytes = 144 // and the aligned layout runs
+	if _, err := h.Run(&emu.Job{Kernel: "get_rows_q4_K", Grid: [3]int{1, 1, 1}, Group: [3]int{64, 1, 1},
+		Buffers: []emu.Buffer{{Index: 0, Data: metal.Bytes(&args)}, {Index: 1, Data: w}, {Index: 2, Data: w}, {Index: 3, Data: w},
+			{Index: 4, Data: emu.I32([]int32{1})}, {Index: 5, Data: make([]byte, 4*256)}}}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -134,11 +134,11 @@ func moeTilesCase(t *testing.T, h *emu.Harness, rng *rand.Rand) {
 				want = append(want, int32(e), 32*j)
 			}
 		}
-		cap := 2 * (E + 1 + len(want))
+		size := 2 * (E + 1 + len(want))
 		args := metal.KargsMoe{NExpert: int32(E), Cols: 7}
 		out := runJob(t, h, &emu.Job{Kernel: "moe_tiles", Grid: [3]int{1, 1, 1}, Group: [3]int{256, 1, 1},
 			Buffers: []emu.Buffer{{Index: 0, Data: metal.Bytes(&args)}, {Index: 1, Data: emu.I32(counts)},
-				{Index: 2, Data: emu.I32(make([]int32, cap))}, {Index: 3, Data: make([]byte, 12)}}})
+				{Index: 2, Data: emu.I32(make([]int32, size))}, {Index: 3, Data: make([]byte, 12)}}})
 		g, tiles := emu.ToI32(out[3]), emu.ToI32(out[2])
 		if [3]int32{g[0], g[1], g[2]} != [3]int32{int32(len(want) / 2), 7, 1} {
 			t.Fatalf("E=%d: grid %v, want [%d 7 1]", E, g, len(want)/2)
@@ -148,7 +148,7 @@ func moeTilesCase(t *testing.T, h *emu.Harness, rng *rand.Rand) {
 				t.Fatalf("E=%d: tile word %d = %d, want %d", E, i, tiles[i], want[i])
 			}
 		}
-		for i := len(want); i < cap; i++ {
+		for i := len(want); i < size; i++ {
 			if tiles[i] != 0 {
 				t.Fatalf("E=%d: wrote past the table (word %d)", E, i)
 			}

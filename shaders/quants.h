@@ -32,13 +32,13 @@ static inline int ld_i8(device const uchar *p) { return int(p[0]) - (p[0] >= 128
 // ld_u16 and ld_u32 load a little-endian 16- or 32-bit word at p, which must
 // be 2- or 4-byte aligned.
 static inline uint ld_u16(device const uchar *p) {
-#ifdef MSL_SHIM
+#ifdef MSL_EMU
   msl::check_aligned(p, 2, "ld_u16");
 #endif
   return uint(*((device const ushort *)p));
 }
 static inline uint ld_u32(device const uchar *p) {
-#ifdef MSL_SHIM
+#ifdef MSL_EMU
   msl::check_aligned(p, 4, "ld_u32");
 #endif
   return *((device const uint *)p);

@@ -21,6 +21,7 @@ func init() {
 	var (
 		model, ids, out, backendName string
 		threads                      int
+		precise                      bool
 	)
 	cmd := &cobra.Command{
 		Use:   "hidden --model PATH --ids 1,2,3 --out FILE.npy",
@@ -29,7 +30,8 @@ func init() {
 positions 0..L-1) and writes the final normed hidden state of every position
 as a float32 .npy array of shape [L, hidden]. PATH is a release directory
 (f32/bf16 safetensors shards + config.json), a .safetensors file with a
-config.json beside it, or a qwen3moe/qwen3vlmoe .gguf file.`,
+config.json beside it, or a qwen3moe/qwen3vlmoe .gguf file. Block-quantized
+GGUF weights multiply 8-bit activations as llama.cpp does unless --precise.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if model == "" || ids == "" || out == "" {
@@ -42,7 +44,7 @@ config.json beside it, or a qwen3moe/qwen3vlmoe .gguf file.`,
 			if threads < 0 {
 				return &exitError{2, fmt.Errorf("hidden: --threads must be >= 0, got %d", threads)}
 			}
-			h, hidden, err := runHidden(cmd.Context(), model, backendName, threads, tok)
+			h, hidden, err := runHidden(cmd.Context(), model, backend.Options{Threads: threads, Precise: precise}, backendName, tok)
 			if err != nil {
 				return &exitError{1, fmt.Errorf("hidden: %w", err)}
 			}
@@ -71,6 +73,7 @@ config.json beside it, or a qwen3moe/qwen3vlmoe .gguf file.`,
 	fl.StringVar(&out, "out", "", "output .npy file")
 	fl.StringVar(&backendName, "backend", "cpu", "compute backend")
 	fl.IntVar(&threads, "threads", 0, "CPU threads (0: all cores)")
+	fl.BoolVar(&precise, "precise", false, "float32 activations for block-quantized weights (slower)")
 	rootCmd.AddCommand(cmd)
 }
 
@@ -90,7 +93,7 @@ func parseIDs(s string) ([]int, error) {
 
 // runHidden loads the decoder at path on the named backend and returns the
 // final normed hidden states of ids and the hidden size.
-func runHidden(ctx context.Context, path, backendName string, threads int, ids []int) ([]float32, int, error) {
+func runHidden(ctx context.Context, path string, opts backend.Options, backendName string, ids []int) ([]float32, int, error) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -103,7 +106,7 @@ func runHidden(ctx context.Context, path, backendName string, threads int, ids [
 		return nil, 0, err
 	}
 	defer w.Close()
-	b, err := backend.Open(backendName, backend.Options{Threads: threads})
+	b, err := backend.Open(backendName, opts)
 	if err != nil {
 		return nil, 0, err
 	}

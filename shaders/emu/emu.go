@@ -6,7 +6,9 @@
 // the lint that rejects the MSL constructs the shim cannot emulate faithfully.
 //
 // The pipeline for one .metal file:
-//  1. clang++-19 -E with __METAL_VERSION__ defined expands includes and macros;
+//  1. clang++-19 -E with __METAL_VERSION__ and MSL_EMU defined expands
+//     includes and macros (kernels may test MSL_EMU for emulator-only checks,
+//     such as msl::check_aligned);
 //  2. the kernel signatures ([[buffer(n)]], [[threadgroup(n)]], builtins) and
 //     [[function_constant(n)]] globals are parsed from the expansion;
 //  3. the expansion is rewritten (statement-level threadgroup arrays become
@@ -312,7 +314,7 @@ func Build(work, metalFile string) (*Harness, error) {
 		return nil, err
 	}
 	exp := filepath.Join(work, base+".expanded.cpp")
-	if err := run(work, Clang, "-E", "-x", "c++", "-std=c++17", "-D__METAL_VERSION__=310",
+	if err := run(work, Clang, "-E", "-x", "c++", "-std=c++17", "-D__METAL_VERSION__=310", "-DMSL_EMU=1",
 		"-I", filepath.Join(work, "csrc", "include"), "-I", filepath.Dir(abs), abs, "-o", exp); err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/clefrt/clef/engine/backend"
@@ -38,10 +39,16 @@ func syntheticRecord(cfg Config, L int) ([]float32, []int, []Question) {
 	return hidden, ids, qs
 }
 
-// BenchmarkHead runs a real-size head bound to the cpu backend (as the engine
-// runs it) on records of L tokens. cpu-ms/op is the process CPU time per
-// call: the wall time depends on the machine's load.
-func BenchmarkHead(b *testing.B) {
+// BenchmarkHead runs a real-size head bound to the cpu backend with Bind (as
+// the engine runs it) on records of L tokens. cpu-ms/op is the process CPU
+// time per call: the wall time depends on the machine's load.
+func BenchmarkHead(b *testing.B) { benchHead(b, (*Head).Bind) }
+
+// BenchmarkHeadAll is BenchmarkHead with every product on the backend
+// (BindAll).
+func BenchmarkHeadAll(b *testing.B) { benchHead(b, (*Head).BindAll) }
+
+func benchHead(b *testing.B, bind func(*Head, backend.Backend) error) {
 	cfg := realConfig
 	h, err := Load(randomModel(b, cfg), cfg)
 	if err != nil {
@@ -51,7 +58,7 @@ func BenchmarkHead(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := h.Bind(be); err != nil {
+	if err := bind(h, be); err != nil {
 		b.Fatal(err)
 	}
 	for _, L := range []int{512, 2048} {
@@ -87,14 +94,20 @@ func TestCrossForms(t *testing.T) {
 		for _, bk := range []struct {
 			name string
 			b    backend.Backend
-		}{{"go", nil}, {"fake", &fakeBackend{scale: 1}}, {"cpu", cpu}} {
+			all  bool
+		}{{"go", nil, false}, {"fake", &fakeBackend{scale: 1}, false}, {"cpu", cpu, false},
+			{"fake-all", &fakeBackend{scale: 1}, true}, {"cpu-all", cpu, true}} {
 			h, err := Load(m, h0.Config())
 			if err != nil {
 				t.Fatal(err)
 			}
 			h.crossMode = mode.mode
+			bind := (*Head).Bind
+			if bk.all {
+				bind = (*Head).BindAll
+			}
 			if bk.b != nil {
-				if err := h.Bind(bk.b); err != nil {
+				if err := bind(h, bk.b); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -144,5 +157,82 @@ func TestFoldedChoice(t *testing.T) {
 	h.crossMode = crossFolded
 	if !h.folded(1000) {
 		t.Error("crossFolded chose the direct form")
+	}
+}
+
+// TestBindAll checks what BindAll binds, that a wrong backend is refused
+// without leaving anything bound, and that a head binds once.
+func TestBindAll(t *testing.T) {
+	m, h0, _ := openRelease(t, "release")
+	fb := &fakeBackend{scale: 1}
+	h, _ := Load(m, h0.Config())
+	if err := h.BindAll(fb); err != nil {
+		t.Fatal(err)
+	}
+	ls, cross := h.layersOf()
+	for _, l := range ls {
+		if l.bound == nil {
+			t.Fatal("BindAll left a linear unbound")
+		}
+	}
+	heads := h.Config().Heads
+	for _, a := range cross {
+		if len(a.kT) != heads || len(a.vh) != heads {
+			t.Fatalf("cross-attention has %d/%d per-head weights, want %d", len(a.kT), len(a.vh), heads)
+		}
+	}
+	// One check product per linear and two per head of every cross-attention.
+	if want := len(ls) + 2*heads*len(cross); fb.matmuls != want {
+		t.Errorf("BindAll ran %d check products, want %d", fb.matmuls, want)
+	}
+	if err := h.BindAll(fb); err == nil || !strings.Contains(err.Error(), "already bound") {
+		t.Errorf("second BindAll: err = %v", err)
+	}
+	broken, _ := Load(m, h0.Config())
+	if err := broken.BindAll(&fakeBackend{scale: 1.01}); err == nil || !strings.Contains(err.Error(), "differs") {
+		t.Errorf("BindAll to a wrong backend: err = %v", err)
+	}
+	ls, cross = broken.layersOf()
+	for _, l := range ls {
+		if l.bound != nil || broken.b != nil {
+			t.Fatal("a failed BindAll left the head bound")
+		}
+	}
+	for _, a := range cross {
+		if a.kT != nil || a.vh != nil {
+			t.Fatal("a failed BindAll left per-head weights bound")
+		}
+	}
+}
+
+// TestTransposeAndNormT checks transpose and the transposed LayerNorm, which
+// must equal the transpose of applyNorm bit for bit, on odd sizes.
+func TestTransposeAndNormT(t *testing.T) {
+	for _, sz := range [][2]int{{1, 1}, {1, 5}, {17, 1}, {37, 19}, {70, 33}} {
+		n, d := sz[0], sz[1]
+		x := make([]float32, n*d)
+		ln := layerNorm{weight: make([]float32, d), bias: make([]float32, d)}
+		for i := range x {
+			x[i] = float32(math.Sin(float64(3*i+1))) * 4
+		}
+		for j := range d {
+			ln.weight[j], ln.bias[j] = 1+float32(j)/7, float32(j%3)-1
+		}
+		xt := transpose(x, n, d)
+		for r := range n {
+			for c := range d {
+				if xt[c*n+r] != x[r*d+c] {
+					t.Fatalf("%dx%d: transpose[%d,%d] = %v, want %v", n, d, c, r, xt[c*n+r], x[r*d+c])
+				}
+			}
+		}
+		want := transpose(applyNorm(&ln, x, n, d), n, d)
+		mean, inv := normStats(x, n, d)
+		got := applyNormT(&ln, xt, n, d, mean, inv)
+		for i := range want {
+			if got[i] != want[i] {
+				t.Fatalf("%dx%d: applyNormT[%d] = %v, want %v", n, d, i, got[i], want[i])
+			}
+		}
 	}
 }

@@ -45,8 +45,8 @@ type memory[T float] struct {
 
 // newMemory wraps x [L, w] for the cross-attentions of queries of nq rows,
 // uploading what the chosen form needs when the head is bound and T is
-// float32.
-func newMemory[T float](h *Head, x []T, L, w, nq int) (*memory[T], error) {
+// float32; xt is x's transpose when the caller has it, else nil.
+func newMemory[T float](h *Head, x, xt []T, L, w, nq int) (*memory[T], error) {
 	m := &memory[T]{x: x, rows: L}
 	xf, ok := any(x).([]float32)
 	if !ok || h.b == nil {
@@ -58,7 +58,11 @@ func newMemory[T float](h *Head, x []T, L, w, nq int) (*memory[T], error) {
 		return nil, fmt.Errorf("joint head: backend %s: memory upload: %w", h.b.Name(), err)
 	}
 	if h.folded(nq) {
-		if m.bxt, err = h.b.Upload(transpose(xf, L, w), w, L); err != nil {
+		xtf, _ := any(xt).([]float32)
+		if xtf == nil {
+			xtf = transpose(xf, L, w)
+		}
+		if m.bxt, err = h.b.Upload(xtf, w, L); err != nil {
 			m.free()
 			return nil, fmt.Errorf("joint head: backend %s: memory upload: %w", h.b.Name(), err)
 		}
@@ -77,8 +81,9 @@ func (m *memory[T]) free() {
 }
 
 // folded reports whether a cross-attention of nq query rows uses the folded
-// form: forced by crossMode, else when it is the cheaper one. The float64
-// check path (crossAuto) always computes the reference's direct form.
+// form: forced by crossMode, else when it is the cheaper one (under
+// crossAuto, crossAttend still keeps the float64 check path in the
+// reference's direct form).
 func (h *Head) folded(nq int) bool {
 	switch h.crossMode {
 	case crossDirect:
@@ -92,7 +97,10 @@ func (h *Head) folded(nq int) bool {
 // crossAttend is torch's multi-head attention of the queries q [nq, width]
 // over the memory (keys and values both m.x), out_proj included.
 func crossAttend[T float](h *Head, a *attention, q []T, nq int, m *memory[T], w int) ([]T, error) {
-	Q := scaledQuery(a, q, nq, w)
+	Q, err := scaledQuery(h, a, q, nq, w)
+	if err != nil {
+		return nil, err
+	}
 	_, isF64 := any(q).([]float64)
 	if h.folded(nq) && !(isF64 && h.crossMode == crossAuto) {
 		return foldedAttend(h, a, Q, nq, m, w)
@@ -105,7 +113,7 @@ func crossAttend[T float](h *Head, a *attention, q []T, nq int, m *memory[T], w 
 	if err != nil {
 		return nil, err
 	}
-	return applyLinear(&a.outProj, attendKV(Q, nq, K, V, m.rows, a.heads, w), nq), nil
+	return project(h, &a.outProj, attendKV(Q, nq, K, V, m.rows, a.heads, w), nq)
 }
 
 // memoryLinear is x·Wᵀ + b over the memory rows: on the backend when the
@@ -131,20 +139,15 @@ func foldedAttend[T float](h *Head, a *attention, Q []T, nq int, m *memory[T], w
 	hd := w / heads
 	R, L := nq*heads, m.rows
 	// Qk row (i, h) = Q_{i,h}·Wk_h [width]; c(i, h) = Q_{i,h}·bk_h.
-	Qk := make([]T, R*w)
 	c := make([]T, R)
-	parallel(R, hd*w, func(lo, hi int) {
-		for r := lo; r < hi; r++ {
-			i, hh := r/heads, r%heads
-			row := Qk[r*w : (r+1)*w]
-			for d := range hd {
-				j := hh*hd + d
-				qv := Q[i*w+j]
-				axpyW(row, qv, a.k.weight[j*w:(j+1)*w])
-				c[r] += qv * T(a.k.bias[j])
-			}
-		}
-	})
+	for r := range R {
+		i, hh := r/heads, r%heads
+		c[r] = dotW(Q[i*w+hh*hd:i*w+(hh+1)*hd], a.k.bias[hh*hd:(hh+1)*hd])
+	}
+	Qk, err := queryKeys(h, a, Q, nq, w)
+	if err != nil {
+		return nil, err
+	}
 	S, err := rowsTimesMemory(m, Qk, R, w)
 	if err != nil {
 		return nil, err
@@ -162,9 +165,76 @@ func foldedAttend[T float](h *Head, a *attention, Q []T, nq int, m *memory[T], w
 	if err != nil {
 		return nil, err
 	}
-	// out[i, h·hd+d] = Wv[h·hd+d]·Z(i, h) + bv[h·hd+d].
+	out, err := headValues(h, a, Z, nq, w)
+	if err != nil {
+		return nil, err
+	}
+	return project(h, &a.outProj, out, nq)
+}
+
+// queryKeys returns Qk [nq·heads, width], row (i, h) = Q_{i,h}·Wk_h, the
+// per-head query columns times the head's rows of Wk: per head on the
+// backend after BindAll, in Go otherwise.
+func queryKeys[T float](h *Head, a *attention, Q []T, nq, w int) ([]T, error) {
+	heads := a.heads
+	hd := w / heads
+	Qk := make([]T, nq*heads*w)
+	if qf, ok := any(Q).([]float32); ok && h.b != nil && len(a.kT) == heads {
+		qh := make([]float32, nq*hd)
+		for hh := range heads {
+			for i := range nq {
+				copy(qh[i*hd:(i+1)*hd], qf[i*w+hh*hd:i*w+(hh+1)*hd])
+			}
+			y, err := uploadProduct(h.b, qh, nq, hd, a.kT[hh], w)
+			if err != nil {
+				return nil, err
+			}
+			for i := range nq {
+				copy(Qk[(i*heads+hh)*w:(i*heads+hh+1)*w], any(y[i*w:(i+1)*w]).([]T))
+			}
+		}
+		return Qk, nil
+	}
+	parallel(nq*heads, hd*w, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			i, hh := r/heads, r%heads
+			row := Qk[r*w : (r+1)*w]
+			for d := range hd {
+				j := hh*hd + d
+				axpyW(row, Q[i*w+j], a.k.weight[j*w:(j+1)*w])
+			}
+		}
+	})
+	return Qk, nil
+}
+
+// headValues returns out [nq, width], out[i, h·hd+d] = Wv[h·hd+d]·Z(i, h) +
+// bv[h·hd+d], for Z [nq·heads, width]: per head on the backend after
+// BindAll, in Go otherwise.
+func headValues[T float](h *Head, a *attention, Z []T, nq, w int) ([]T, error) {
+	heads := a.heads
+	hd := w / heads
 	out := make([]T, nq*w)
-	parallel(R, hd*w, func(lo, hi int) {
+	if zf, ok := any(Z).([]float32); ok && h.b != nil && len(a.vh) == heads {
+		zh := make([]float32, nq*w)
+		for hh := range heads {
+			for i := range nq {
+				copy(zh[i*w:(i+1)*w], zf[(i*heads+hh)*w:(i*heads+hh+1)*w])
+			}
+			y, err := uploadProduct(h.b, zh, nq, w, a.vh[hh], hd)
+			if err != nil {
+				return nil, err
+			}
+			for i := range nq {
+				o := any(out[i*w+hh*hd : i*w+(hh+1)*hd]).([]float32)
+				for d := range hd {
+					o[d] = y[i*hd+d] + a.v.bias[hh*hd+d]
+				}
+			}
+		}
+		return out, nil
+	}
+	parallel(nq*heads, hd*w, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			i, hh := r/heads, r%heads
 			z := Z[r*w : (r+1)*w]
@@ -174,7 +244,7 @@ func foldedAttend[T float](h *Head, a *attention, Q []T, nq int, m *memory[T], w
 			}
 		}
 	})
-	return applyLinear(&a.outProj, out, nq), nil
+	return out, nil
 }
 
 // rowsTimesMemory returns x·m.xᵀ [n, L] for x [n, width].
@@ -256,13 +326,16 @@ func attendKV[T float](Q []T, nq int, K, V []T, nk, heads, w int) []T {
 }
 
 // scaledQuery is the query projection of q [nq, width] times 1/sqrt(head_dim).
-func scaledQuery[T float](a *attention, q []T, nq, w int) []T {
-	Q := applyLinear(&a.q, q, nq)
+func scaledQuery[T float](h *Head, a *attention, q []T, nq, w int) ([]T, error) {
+	Q, err := project(h, &a.q, q, nq)
+	if err != nil {
+		return nil, err
+	}
 	scale := T(1 / math.Sqrt(float64(w/a.heads)))
 	for i := range Q {
 		Q[i] *= scale
 	}
-	return Q
+	return Q, nil
 }
 
 // matmulT returns x·yᵀ [n, m] for x [n, k] and y [m, k], rows of y shared
@@ -280,16 +353,20 @@ func matmulT[T float](x []T, n, k int, y []T, m int) []T {
 	return out
 }
 
-// transpose returns xᵀ [cols, rows] of x [rows, cols], in cache-sized blocks.
+// transpose returns xᵀ [cols, rows] of x [rows, cols], in 8×8 blocks
+// shared out among the CPUs.
 func transpose(x []float32, rows, cols int) []float32 {
-	const blk = 32
+	const blk = 8
 	out := make([]float32, rows*cols)
-	parallel((rows+blk-1)/blk, blk*cols, func(lo, hi int) {
-		for r0 := lo * blk; r0 < min(hi*blk, rows); r0 += blk {
-			for c0 := 0; c0 < cols; c0 += blk {
-				for r := r0; r < min(r0+blk, rows); r++ {
-					for c := c0; c < min(c0+blk, cols); c++ {
-						out[c*rows+r] = x[r*cols+c]
+	parallel((cols+blk-1)/blk, blk*rows, func(lo, hi int) {
+		for c0 := lo * blk; c0 < min(hi*blk, cols); c0 += blk {
+			c1 := min(c0+blk, cols)
+			for r0 := 0; r0 < rows; r0 += blk {
+				r1 := min(r0+blk, rows)
+				for c := c0; c < c1; c++ {
+					dst := out[c*rows+r0 : c*rows+r1]
+					for k := range dst {
+						dst[k] = x[(r0+k)*cols+c]
 					}
 				}
 			}

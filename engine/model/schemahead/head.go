@@ -67,8 +67,8 @@ type linear struct {
 	weight  []float32 // [out, in]
 	bias    []float32 // [out], nil when the layer has none
 	in, out int
-	// bound is the weight uploaded to the backend given to Bind, for the
-	// products over the record's tokens; nil when they run in Go.
+	// bound is the weight on the backend given to Bind or BindAll; nil
+	// when the layer's products run in Go.
 	bound *backend.Tensor
 }
 
@@ -79,6 +79,10 @@ type attention struct {
 	q, k, v linear
 	outProj linear // out_proj.weight [width, width], out_proj.bias [width]
 	heads   int
+	// kT and vh hold, per head h, Wk_hᵀ [width, head_dim] and Wv_h
+	// [head_dim, width] on the backend (BindAll, cross-attentions only):
+	// the weights of the folded form's per-head products (cross.go).
+	kT, vh []*backend.Tensor
 }
 
 // evidenceLayer is the reference EvidenceRoutingLayer: pre-norm cross-attention
@@ -387,6 +391,16 @@ func forward[T float](h *Head, hiddenIn []float32, ids []int, questions []Questi
 		return nil, err
 	}
 	global := normed[(L-1)*hs : L*hs]
+	// The memory's transpose, for the folded cross-attentions on a backend
+	// (cross.go), made once.
+	var memoryT []T
+	nOptions := 0
+	for _, q := range questions {
+		nOptions += len(q.OptionSpans)
+	}
+	if mf, ok := any(memory).([]float32); ok && h.b != nil && (h.folded(len(questions)) || h.folded(nOptions)) {
+		memoryT = any(transpose(mf, L, w)).([]T)
+	}
 
 	// Question vectors: mean over each instruction span.
 	nq := len(questions)
@@ -416,9 +430,18 @@ func forward[T float](h *Head, hiddenIn []float32, ids []int, questions []Questi
 	}
 
 	// Option queries, routed through the evidence layers.
-	contexts := applyLinear(&h.optionContextProjection, optionContexts, no)
-	lexq := applyLinear(&h.optionLexicalProjection, optionLexical, no)
-	oq := applyLinear(&h.optionQuestionProjection, questionVectors, nq)
+	contexts, err := project(h, &h.optionContextProjection, optionContexts, no)
+	if err != nil {
+		return nil, err
+	}
+	lexq, err := project(h, &h.optionLexicalProjection, optionLexical, no)
+	if err != nil {
+		return nil, err
+	}
+	oq, err := project(h, &h.optionQuestionProjection, questionVectors, nq)
+	if err != nil {
+		return nil, err
+	}
 	routed := make([]T, no*w)
 	for oi := range no {
 		qi := owner[oi]
@@ -427,14 +450,17 @@ func forward[T float](h *Head, hiddenIn []float32, ids []int, questions []Questi
 		}
 	}
 	for i := range h.evidenceLayers {
-		if routed, err = evidenceForward(h, &h.evidenceLayers[i], routed, no, memory, L, w); err != nil {
+		if routed, err = evidenceForward(h, &h.evidenceLayers[i], routed, no, memory, memoryT, L, w); err != nil {
 			return nil, err
 		}
 	}
 
 	// Field vectors: question projection + norm of the softmax-routed option
 	// summary + global projection + type embedding.
-	baseFields := applyLinear(&h.questionProjection, questionVectors, nq)
+	baseFields, err := project(h, &h.questionProjection, questionVectors, nq)
+	if err != nil {
+		return nil, err
+	}
 	summaries := make([]T, nq*w)
 	invSqrtW := 1 / math.Sqrt(float64(w))
 	start := 0
@@ -456,7 +482,10 @@ func forward[T float](h *Head, hiddenIn []float32, ids []int, questions []Questi
 		start += n
 	}
 	summaryNormed := applyNorm(&h.optionSummaryNorm, summaries, nq, w)
-	globalField := applyLinear(&h.globalProjection, global, 1)
+	globalField, err := project(h, &h.globalProjection, global, 1)
+	if err != nil {
+		return nil, err
+	}
 	fields := make([]T, nq*w)
 	for qi, q := range questions {
 		for j := range w {
@@ -465,7 +494,7 @@ func forward[T float](h *Head, hiddenIn []float32, ids []int, questions []Questi
 	}
 
 	// Decoder layers over the fields, then the field norm.
-	mem, err := newMemory(h, memory, L, w, nq)
+	mem, err := newMemory(h, memory, memoryT, L, w, nq)
 	if err != nil {
 		return nil, err
 	}
@@ -495,9 +524,10 @@ func forward[T float](h *Head, hiddenIn []float32, ids []int, questions []Questi
 			f[3*w+j] = max(field[j]-o[j], o[j]-field[j])
 		}
 	}
-	scorerHidden := applyLinear(&h.residualScorer0, features, no)
-	geluInPlace(scorerHidden)
-	residuals := applyLinear(&h.residualScorer3, scorerHidden, no)
+	residuals, err := feedforward(h, &h.residualScorer0, &h.residualScorer3, features, no)
+	if err != nil {
+		return nil, err
+	}
 	anchor := make([]T, hs)
 	lexAnchor := make([]T, hs)
 	var priors, cosines []T
@@ -586,9 +616,17 @@ func lexicalVectors[T float](lex Lexicon, ids []int, spans [][2]int, hs int) ([]
 
 // evidenceForward runs one evidence-routing layer on the option queries q
 // [n, width] against the memory [L, width].
-func evidenceForward[T float](h *Head, e *evidenceLayer, q []T, n int, memory []T, L, w int) ([]T, error) {
+//
+// memoryT, the transpose of memory, is set when the folded form runs on the
+// backend (it needs the transpose of the normed memory).
+func evidenceForward[T float](h *Head, e *evidenceLayer, q []T, n int, memory, memoryT []T, L, w int) ([]T, error) {
 	nq := applyNorm(&e.queryNorm, q, n, w)
-	nm, err := newMemory(h, applyNorm(&e.memoryNorm, memory, L, w), L, w, n)
+	var nmT []T
+	if memoryT != nil && h.folded(n) {
+		mean, inv := normStats(memory, L, w)
+		nmT = applyNormT(&e.memoryNorm, memoryT, L, w, mean, inv)
+	}
+	nm, err := newMemory(h, applyNorm(&e.memoryNorm, memory, L, w), nmT, L, w, n)
 	if err != nil {
 		return nil, err
 	}
@@ -598,38 +636,61 @@ func evidenceForward[T float](h *Head, e *evidenceLayer, q []T, n int, memory []
 		return nil, err
 	}
 	q = add(q, routed)
-	return add(q, feedforward(&e.feedforward0, &e.feedforward3, applyNorm(&e.feedforwardNorm, q, n, w), n)), nil
+	ff, err := feedforward(h, &e.feedforward0, &e.feedforward3, applyNorm(&e.feedforwardNorm, q, n, w), n)
+	if err != nil {
+		return nil, err
+	}
+	return add(q, ff), nil
 }
 
 // decoderForward runs one norm-first decoder layer on the fields x
 // [n, width] with the memory [L, width]: self-attention, cross-attention,
 // feed-forward.
 func decoderForward[T float](h *Head, d *decoderLayer, x []T, n int, memory *memory[T], w int) ([]T, error) {
-	x1 := applyNorm(&d.norm1, x, n, w)
-	x = add(x, selfAttend(&d.selfAttn, x1, n, w))
+	sa, err := selfAttend(h, &d.selfAttn, applyNorm(&d.norm1, x, n, w), n, w)
+	if err != nil {
+		return nil, err
+	}
+	x = add(x, sa)
 	ca, err := crossAttend(h, &d.multiheadAttn, applyNorm(&d.norm2, x, n, w), n, memory, w)
 	if err != nil {
 		return nil, err
 	}
 	x = add(x, ca)
-	return add(x, feedforward(&d.linear1, &d.linear2, applyNorm(&d.norm3, x, n, w), n)), nil
+	ff, err := feedforward(h, &d.linear1, &d.linear2, applyNorm(&d.norm3, x, n, w), n)
+	if err != nil {
+		return nil, err
+	}
+	return add(x, ff), nil
 }
 
 // feedforward is Linear → exact GELU → Linear.
-func feedforward[T float](l1, l2 *linear, x []T, n int) []T {
-	hidden := applyLinear(l1, x, n)
+func feedforward[T float](h *Head, l1, l2 *linear, x []T, n int) ([]T, error) {
+	hidden, err := project(h, l1, x, n)
+	if err != nil {
+		return nil, err
+	}
 	geluInPlace(hidden)
-	return applyLinear(l2, hidden, n)
+	return project(h, l2, hidden, n)
 }
 
 // selfAttend is torch's multi-head self-attention of the n rows x
 // [n, width] (a handful of fields): q, k, v projections, q scaled by
 // 1/sqrt(head_dim), softmax over the keys per head, out_proj.
-func selfAttend[T float](a *attention, x []T, n, w int) []T {
-	Q := scaledQuery(a, x, n, w)
-	K := applyLinear(&a.k, x, n)
-	V := applyLinear(&a.v, x, n)
-	return applyLinear(&a.outProj, attendKV(Q, n, K, V, n, a.heads, w), n)
+func selfAttend[T float](h *Head, a *attention, x []T, n, w int) ([]T, error) {
+	Q, err := scaledQuery(h, a, x, n, w)
+	if err != nil {
+		return nil, err
+	}
+	K, err := project(h, &a.k, x, n)
+	if err != nil {
+		return nil, err
+	}
+	V, err := project(h, &a.v, x, n)
+	if err != nil {
+		return nil, err
+	}
+	return project(h, &a.outProj, attendKV(Q, n, K, V, n, a.heads, w), n)
 }
 
 // Bind makes the head run its products over the record's tokens (the memory
@@ -648,43 +709,137 @@ func (h *Head) Bind(b backend.Backend) error {
 	for i := range h.layers {
 		ls = append(ls, &h.layers[i].multiheadAttn.k, &h.layers[i].multiheadAttn.v)
 	}
+	return h.bind(b, ls, nil)
+}
+
+// BindAll is Bind for every product of the head: the small ones too (the
+// option, field, attention and feed-forward projections of a few rows, and
+// the per-head products of the folded cross-attention), whose cost does not
+// grow with L but which Go runs several times slower than a backend's
+// kernels. Every weight is uploaded as float32, once, here (on the cpu
+// backend a second copy of the head's ~0.5 GB), and every bound product is
+// checked against Go with one row.
+func (h *Head) BindAll(b backend.Backend) error {
+	ls, cross := h.layersOf()
+	return h.bind(b, ls, cross)
+}
+
+// layersOf lists every linear layer of the head, and its cross-attentions.
+func (h *Head) layersOf() (ls []*linear, cross []*attention) {
+	ls = []*linear{&h.memoryProjection, &h.questionProjection, &h.optionQuestionProjection, &h.globalProjection,
+		&h.optionContextProjection, &h.optionLexicalProjection, &h.residualScorer0, &h.residualScorer3}
+	attn := func(a *attention) { ls = append(ls, &a.q, &a.k, &a.v, &a.outProj) }
+	for i := range h.evidenceLayers {
+		e := &h.evidenceLayers[i]
+		attn(&e.attention)
+		cross = append(cross, &e.attention)
+		ls = append(ls, &e.feedforward0, &e.feedforward3)
+	}
+	for i := range h.layers {
+		d := &h.layers[i]
+		attn(&d.selfAttn)
+		attn(&d.multiheadAttn)
+		cross = append(cross, &d.multiheadAttn)
+		ls = append(ls, &d.linear1, &d.linear2)
+	}
+	return ls, cross
+}
+
+// bind uploads the weights of ls to b, and those of the folded form's
+// per-head products of the attentions cross, then checks the first product
+// (every product when cross is set) against Go before the head uses b. On
+// failure nothing stays bound.
+func (h *Head) bind(b backend.Backend, ls []*linear, cross []*attention) error {
+	if h.b != nil {
+		return fmt.Errorf("joint head: already bound to backend %s", h.b.Name())
+	}
 	var bound []*backend.Tensor
 	fail := func(err error) error {
 		b.Free(bound...)
 		for _, l := range ls {
 			l.bound = nil
 		}
+		for _, a := range cross {
+			a.kT, a.vh = nil, nil
+		}
 		return fmt.Errorf("joint head: binding to backend %s: %w", b.Name(), err)
 	}
+	upload := func(w []float32, rows, cols int) (*backend.Tensor, error) {
+		t, err := b.Upload(w, rows, cols)
+		if err == nil {
+			bound = append(bound, t)
+		}
+		return t, err
+	}
 	for _, l := range ls {
-		t, err := b.Upload(l.weight, l.out, l.in)
+		t, err := upload(l.weight, l.out, l.in)
 		if err != nil {
 			return fail(err)
 		}
-		bound = append(bound, t)
 		l.bound = t
 	}
-	// One row through the backend must agree with Go before it is trusted.
-	x := make([]float32, h.cfg.HiddenSize)
-	for i := range x {
-		x[i] = float32(math.Sin(float64(i) + 0.5))
+	w := h.cfg.Width
+	hd := w / h.cfg.Heads
+	for _, a := range cross {
+		for hh := range a.heads {
+			rows := hh * hd * w
+			kT, err := upload(transpose(a.k.weight[rows:rows+hd*w], hd, w), w, hd)
+			if err != nil {
+				return fail(err)
+			}
+			vh, err := upload(a.v.weight[rows:rows+hd*w], hd, w)
+			if err != nil {
+				return fail(err)
+			}
+			a.kT, a.vh = append(a.kT, kT), append(a.vh, vh)
+		}
 	}
-	got, err := backendLinear(b, &h.memoryProjection, x, 1)
-	if err != nil {
-		return fail(err)
+	// Bound products must agree with Go before they are trusted.
+	check := func(t *backend.Tensor, in, out int, want func(x []float32) []float32) error {
+		x := make([]float32, in)
+		for i := range x {
+			x[i] = float32(math.Sin(float64(i) + 0.5))
+		}
+		got, err := uploadProduct(b, x, 1, in, t, out)
+		if err != nil {
+			return err
+		}
+		for i, v := range want(x) {
+			if d := math.Abs(float64(got[i] - v)); d > 1e-4*(1+math.Abs(float64(v))) || math.IsNaN(float64(got[i])) {
+				return fmt.Errorf("check product differs at %d: %v, want %v", i, got[i], v)
+			}
+		}
+		return nil
 	}
-	want := applyLinear(&h.memoryProjection, x, 1)
-	for i := range want {
-		if d := math.Abs(float64(got[i] - want[i])); d > 1e-4*(1+math.Abs(float64(want[i]))) || math.IsNaN(float64(got[i])) {
-			return fail(fmt.Errorf("check product differs at %d: %v, want %v", i, got[i], want[i]))
+	for i, l := range ls {
+		if i > 0 && cross == nil {
+			break
+		}
+		noBias := *l
+		noBias.bias = nil
+		if err := check(l.bound, l.in, l.out, func(x []float32) []float32 { return applyLinear(&noBias, x, 1) }); err != nil {
+			return fail(err)
+		}
+	}
+	for _, a := range cross {
+		for hh := range a.heads {
+			rows := hh * hd * w
+			kT := linear{weight: transpose(a.k.weight[rows:rows+hd*w], hd, w), in: hd, out: w}
+			vh := linear{weight: a.v.weight[rows : rows+hd*w], in: w, out: hd}
+			if err := check(a.kT[hh], hd, w, func(x []float32) []float32 { return applyLinear(&kT, x, 1) }); err != nil {
+				return fail(err)
+			}
+			if err := check(a.vh[hh], w, hd, func(x []float32) []float32 { return applyLinear(&vh, x, 1) }); err != nil {
+				return fail(err)
+			}
 		}
 	}
 	h.b = b
 	return nil
 }
 
-// project is applyLinear for the products over the record's tokens: on the
-// bound backend in float32 mode, in Go otherwise.
+// project is applyLinear on the bound backend when l is bound there and T is
+// float32, in Go otherwise.
 func project[T float](h *Head, l *linear, x []T, n int) ([]T, error) {
 	if xf, ok := any(x).([]float32); ok && h.b != nil && l.bound != nil {
 		y, err := backendLinear(h.b, l, xf, n)
@@ -713,32 +868,61 @@ func backendLinear(b backend.Backend, l *linear, x []float32, n int) ([]float32,
 // are shared out among the CPUs.
 func applyNorm[T float](ln *layerNorm, x []T, n, d int) []T {
 	out := make([]T, n*d)
+	mean, inv := normStats(x, n, d)
+	parallel(n, d, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			o := out[r*d : (r+1)*d]
+			for j, v := range x[r*d : (r+1)*d] {
+				o[j] = (v-mean[r])*inv[r]*T(ln.weight[j]) + T(ln.bias[j])
+			}
+		}
+	})
+	return out
+}
+
+// applyNormT returns the transpose [d, n] of applyNorm(ln, x, n, d) from xt,
+// the transpose of x, and the row statistics of x: the same values, written
+// column by column.
+func applyNormT[T float](ln *layerNorm, xt []T, n, d int, mean, inv []T) []T {
+	out := make([]T, n*d)
+	parallel(d, n, func(lo, hi int) {
+		for j := lo; j < hi; j++ {
+			o := out[j*n : (j+1)*n]
+			wj, bj := T(ln.weight[j]), T(ln.bias[j])
+			for r, v := range xt[j*n : (j+1)*n] {
+				o[r] = (v-mean[r])*inv[r]*wj + bj
+			}
+		}
+	})
+	return out
+}
+
+// normStats returns the mean and 1/sqrt(variance + eps) of each of the n
+// rows of x [n, d].
+func normStats[T float](x []T, n, d int) (mean, inv []T) {
+	mean, inv = make([]T, n), make([]T, n)
 	parallel(n, 4*d, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			row := x[r*d : (r+1)*d]
-			mean := sum(row) / T(d)
+			m := sum(row) / T(d)
 			var v0, v1, v2, v3 T
 			j := 0
 			for ; j+4 <= d; j += 4 {
-				a, b, c, e := row[j]-mean, row[j+1]-mean, row[j+2]-mean, row[j+3]-mean
+				a, b, c, e := row[j]-m, row[j+1]-m, row[j+2]-m, row[j+3]-m
 				v0 += a * a
 				v1 += b * b
 				v2 += c * c
 				v3 += e * e
 			}
 			for ; j < d; j++ {
-				a := row[j] - mean
+				a := row[j] - m
 				v0 += a * a
 			}
 			variance := ((v0 + v1) + (v2 + v3)) / T(d)
-			inv := T(1 / math.Sqrt(float64(variance)+layerNormEps))
-			o := out[r*d : (r+1)*d]
-			for j, v := range row {
-				o[j] = (v-mean)*inv*T(ln.weight[j]) + T(ln.bias[j])
-			}
+			mean[r], inv[r] = m, T(1/math.Sqrt(float64(variance)+layerNormEps))
 		}
 	})
-	return out
+	return mean, inv
 }
 
 // sum is Σ x[i] in T over four partial sums.
