@@ -28,7 +28,8 @@ type effort struct {
 	affineSteps  int  // inverse scales fastAffineSub scores
 	affineRounds int  // descent rounds of quantizeKAffineFast
 	affineReach  int  // how far from the current integers the descent looks
-	affineClip   int  // clipping inverse scales fastAffineSub scores
+	affineClip   int  // clipping inverse scales fastAffineSub scores (at most 16)
+	affinePhases int  // grid shifts tried with a free minimum (at most 2)
 	affineTop    int  // candidates fastAffineSub refines (at most 8; 1: the best)
 	affineProbe  int  // neighbours the descent evaluates in full (0: all)
 	symSteps     int  // inverse scales either side of the qmin-end one (fastSymSub)
@@ -39,8 +40,8 @@ type effort struct {
 }
 
 var (
-	plainEffort   = effort{affineSteps: 10, affineRounds: 2, affineReach: 1, affineTop: 1, affineProbe: 3, symSteps: 2, symStepsMax: 1, symFull: 1, symNeigh: 1, unit: true}
-	imatrixEffort = effort{affineSteps: 20, affineRounds: 3, affineReach: 1, affineClip: 8, affineTop: 6, symSteps: 6, symStepsMax: 6, symFull: 3, symNeigh: 2}
+	plainEffort   = effort{affineSteps: 10, affineRounds: 2, affineReach: 1, affineTop: 1, affineProbe: 3, symSteps: 2, symStepsMax: 1, symFull: 1, symNeigh: 0, unit: true}
+	imatrixEffort = effort{affineSteps: 20, affineRounds: 3, affineReach: 1, affineClip: 8, affinePhases: 2, affineTop: 6, symSteps: 6, symStepsMax: 6, symFull: 3, symNeigh: 2}
 )
 
 // effortFor returns the search effort for a row with or without an
@@ -58,6 +59,15 @@ type affCand struct{ d, m, e float64 }
 // fastAffineSub returns a continuous scale d >= 0 and offset mn >= 0 for
 // y = d·q − mn with codes q in [0, nmax] that fit x (weights w) well.
 func fastAffineSub(x, w []float32, nmax int, ef *effort) (d, mn float64) {
+	d, m := fastAffine(x, w, nmax, true, ef)
+	return d, -m
+}
+
+// fastAffine returns a continuous scale d >= 0 and minimum m for y = d·q + m
+// with codes q in [0, nmax] that fit x (weights w) well; with nonPosMin the
+// minimum stays <= 0 (the K formats store −m as an unsigned multiple of
+// dmin).
+func fastAffine(x, w []float32, nmax int, nonPosMin bool, ef *effort) (d, m float64) {
 	lo, hi := x[0], x[0]
 	var sw, sx, sxx float64
 	for j, v := range x {
@@ -67,12 +77,14 @@ func fastAffineSub(x, w []float32, nmax int, ef *effort) (d, mn float64) {
 		sx += wv
 		sxx += wv * float64(v)
 	}
-	lo = min(lo, 0)
+	if nonPosMin {
+		lo = min(lo, 0)
+	}
 	if hi <= lo {
-		return 0, -float64(lo)
+		return 0, float64(lo)
 	}
 	if sw == 0 {
-		return float64(hi-lo) / float64(nmax), -float64(lo)
+		return float64(hi-lo) / float64(nmax), float64(lo)
 	}
 	span := hi - lo
 	fmax, n := float32(nmax), int32(nmax)
@@ -90,7 +102,10 @@ func fastAffineSub(x, w []float32, nmax int, ef *effort) (d, mn float64) {
 			d = (sw*sxl - sl*sx) / det
 			m = (sll*sx - sl*sxl) / det
 		}
-		if singular || m > 0 {
+		if singular && !nonPosMin {
+			return affCand{}, false
+		}
+		if singular || (nonPosMin && m > 0) {
 			if sll == 0 {
 				return affCand{}, false
 			}
@@ -116,14 +131,37 @@ func fastAffineSub(x, w []float32, nmax int, ef *effort) (d, mn float64) {
 	// Few codes (q2_K) need fewer steps.
 	nsteps := min(ef.affineSteps, 2*nmax)
 	steps := float32(nsteps)
-	for is := 0; is <= nsteps+ef.affineClip; is++ {
-		// nmax−1 .. nmax+1 codes over the range, then ranges clipped by
-		// factors of 1.25, 1.5, 1.75, …: an outlier of low importance
-		// may be worth sacrificing.
-		iscale := (fmax - 1 + 2*float32(is)/steps) / span
-		if is > nsteps {
-			iscale = fmax * (1 + 0.25*float32(is-nsteps)) / span
+	// Candidates: nmax−1 .. nmax+1 codes over the range; when the minimum
+	// is free, the same with the code grid shifted down by fractions of a
+	// code (with an outlier pinning the scale, where the grid falls on the
+	// bulk matters); then ranges clipped by factors of 1.25, 1.5, 1.75, …
+	// at the top (and, when the minimum is free, at both ends): an outlier
+	// of low importance may be worth sacrificing.
+	type seed struct{ iscale, lo float32 }
+	var seeds [128]seed
+	ns := 0
+	phases := 0
+	if !nonPosMin {
+		phases = ef.affinePhases
+	}
+	for ph := 0; ph <= phases; ph++ {
+		for is := 0; is <= nsteps; is++ {
+			it := (fmax - 1 + 2*float32(is)/steps) / span
+			seeds[ns] = seed{it, lo - float32(ph)/float32(phases+1)/it}
+			ns++
 		}
+	}
+	for k := 1; k <= ef.affineClip; k++ {
+		c := 1 + 0.25*float32(k)
+		seeds[ns] = seed{fmax * c / span, lo}
+		ns++
+		if !nonPosMin {
+			seeds[ns] = seed{fmax * c / span, lo + 0.5*(span-span/c)}
+			ns++
+		}
+	}
+	for _, sd := range seeds[:ns] {
+		iscale, lo := sd.iscale, sd.lo
 		var sl0, sll0, sxl0, sl1, sll1, sxl1 float32
 		if ef.unit {
 			for j := 0; j+1 < len(x); j += 2 {
@@ -165,7 +203,7 @@ func fastAffineSub(x, w []float32, nmax int, ef *effort) (d, mn float64) {
 		}
 	}
 	if best.e == math.Inf(1) {
-		return best.d, -best.m
+		return best.d, best.m
 	}
 	if ntop == 1 {
 		tops[0] = best
@@ -195,7 +233,7 @@ func fastAffineSub(x, w []float32, nmax int, ef *effort) (d, mn float64) {
 			}
 		}
 	}
-	return best.d, -best.m
+	return best.d, best.m
 }
 
 // affineErrK chooses the nearest codes in [0, nmax] for y = dl·q − ml and
@@ -717,4 +755,39 @@ func quantizeKSymFast(x, w []float32, qmin, qmax, smin, smax int, ef *effort, r 
 			keep(descend(d, false, best))
 		}
 	}
+}
+
+// fastAffineScale is the fast counterpart of bestAffineScale for the legacy
+// formats (y = d·q + m, fp16 d and m, codes in [0, nmax], q gets the codes):
+// the continuous fit of fastAffine and the range-based one, each with its
+// fp16 neighbours.
+func fastAffineScale(x, w []float32, nmax int, ef *effort, q []int) (float32, float32) {
+	d0, m0 := fastAffine(x, w, nmax, false, ef)
+	lo, hi := x[0], x[0]
+	for _, v := range x {
+		lo, hi = min(lo, v), max(hi, v)
+	}
+	type dm struct{ d, m float32 }
+	cands := [...]dm{{float32(d0), float32(m0)}, {(hi - lo) / float32(nmax), lo}, {0, lo}, {0, (hi + lo) / 2}}
+	best, bd, bm := math.Inf(1), float32(0), float32(0)
+	for i, c := range cands {
+		if i > 0 && c.d == cands[0].d && c.m == cands[0].m {
+			continue
+		}
+		for _, d := range f16Neighbours(c.d) {
+			if d < 0 || math.IsInf(float64(d), 0) || math.IsNaN(float64(d)) {
+				continue
+			}
+			for _, m := range f16Neighbours(c.m) {
+				if math.IsInf(float64(m), 0) || math.IsNaN(float64(m)) {
+					continue
+				}
+				if e := affineErrK(x, w, ef.unit, d, -m, nmax, nil, best); e < best {
+					best, bd, bm = e, d, m
+				}
+			}
+		}
+	}
+	affineErrK(x, w, ef.unit, bd, -bm, nmax, q, 0)
+	return bd, bm
 }

@@ -192,13 +192,18 @@ func quantizeQ8Block(qs []byte, x []float32) (float32, int) {
 	return d, sum
 }
 
-func quantizeQ4_1(dst []byte, src []float32, imatrix []float32) {
+func quantizeQ4_1(dst []byte, src []float32, imatrix []float32) { encodeQ4_1(dst, src, imatrix, false) }
+
+// encodeQ4_1 quantizes src to q4_1 with the fast search, or with the
+// exhaustive reference search when exhaustive is set.
+func encodeQ4_1(dst []byte, src []float32, imatrix []float32, exhaustive bool) {
+	ef := effortFor(imatrix)
 	var wb, xb [32]float32
 	var q [32]int
 	for i := 0; i < len(src)/32; i++ {
 		x := flushTiny(xb[:], src[32*i:32*i+32])
 		w := weightsOf(imatrix, 32*i, 32, wb[:])
-		d, m := bestAffineScale(x, w, 15, false, q[:])
+		d, m := legacyAffine(x, w, 15, exhaustive, ef, q[:])
 		b := dst[20*i : 20*i+20]
 		putF16(b, d)
 		putF16(b[2:], m)
@@ -208,13 +213,18 @@ func quantizeQ4_1(dst []byte, src []float32, imatrix []float32) {
 	}
 }
 
-func quantizeQ5_1(dst []byte, src []float32, imatrix []float32) {
+func quantizeQ5_1(dst []byte, src []float32, imatrix []float32) { encodeQ5_1(dst, src, imatrix, false) }
+
+// encodeQ5_1 quantizes src to q5_1 with the fast search, or with the
+// exhaustive reference search when exhaustive is set.
+func encodeQ5_1(dst []byte, src []float32, imatrix []float32, exhaustive bool) {
+	ef := effortFor(imatrix)
 	var wb, xb [32]float32
 	var q [32]int
 	for i := 0; i < len(src)/32; i++ {
 		x := flushTiny(xb[:], src[32*i:32*i+32])
 		w := weightsOf(imatrix, 32*i, 32, wb[:])
-		d, m := bestAffineScale(x, w, 31, false, q[:])
+		d, m := legacyAffine(x, w, 31, exhaustive, ef, q[:])
 		b := dst[24*i : 24*i+24]
 		putF16(b, d)
 		putF16(b[2:], m)
@@ -226,4 +236,13 @@ func quantizeQ5_1(dst []byte, src []float32, imatrix []float32) {
 		}
 		binary.LittleEndian.PutUint32(b[4:], qh)
 	}
+}
+
+// legacyAffine quantizes one q4_1/q5_1 block with the search of the given
+// mode.
+func legacyAffine(x, w []float32, nmax int, exhaustive bool, ef *effort, q []int) (float32, float32) {
+	if exhaustive {
+		return bestAffineScale(x, w, nmax, false, q)
+	}
+	return fastAffineScale(x, w, nmax, ef, q)
 }
