@@ -74,18 +74,20 @@ func weightedSSE(x, y, imatrix []float32) float64 {
 	return e
 }
 
+// kEncoders are the quantizers with a fast and an exhaustive search.
 var kEncoders = map[Type]func(dst []byte, src, imatrix []float32, exhaustive bool){
 	Q2_K: encodeQ2_K, Q3_K: encodeQ3_K, Q4_K: encodeQ4_K, Q5_K: encodeQ5_K, Q6_K: encodeQ6_K,
+	Q4_0: encodeQ4_0, Q5_0: encodeQ5_0, Q4_1: encodeQ4_1, Q5_1: encodeQ5_1,
 }
 
-// TestFastNearExhaustive checks that the fast K-format search, the default,
+// TestFastNearExhaustive checks that the fast K-format (and q4_1/q5_1) search, the default,
 // stays within a small factor of the exhaustive reference search (RMSE at
 // most 10% above it on any row, 4% over all rows), with and without an
 // importance matrix.
 func TestFastNearExhaustive(t *testing.T) {
 	rows := testRows()
 	im := testImatrix(len(rows[0]))
-	for _, typ := range []Type{Q2_K, Q3_K, Q4_K, Q5_K, Q6_K} {
+	for _, typ := range []Type{Q4_0, Q5_0, Q4_1, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K} {
 		f, _ := FormatOf(typ)
 		enc := kEncoders[typ]
 		for _, imat := range [][]float32{nil, im} {

@@ -2,24 +2,31 @@ package quant
 
 import "math"
 
-// Fast K-format search, the default. Like the exhaustive search of
-// kquantize.go it minimises the weighted squared error of the stored values,
-// but it visits a fixed, small number of candidates:
+// Fast searches, the default (the exhaustive ones of search.go and
+// kquantize.go remain as references for tests and benchmarks). Like those
+// they minimise the weighted squared error of the stored values, but they
+// visit a fixed, small number of candidates:
 //
-//  1. every sub-block gets a continuous scale (and minimum) from about twenty
-//     inverse scales around the range-based one, each scored in O(1) by its
-//     least-squares fit (closed-form error), the best refined by alternating
-//     least squares and nearest codes (fastAffineSub, fastSymSub);
-//  2. the super-block scales map the largest sub-block scale onto the
-//     integer range (and, for the signed formats, a few clipping
-//     alternatives), and the integer sub-block scales are rounded against
-//     them;
-//  3. a short coordinate descent tries the integer sub-block scales (and
-//     minimums) next to the current ones with the codes re-chosen, and the
-//     fp16 super-block scales are re-fitted by least squares for the chosen
-//     integers; the best super-block seen is kept.
+//  1. every sub-block gets a continuous scale (and minimum) from about ten
+//     (with an importance matrix, about thirty) inverse scales around the
+//     range-based one, each scored in O(1) by its least-squares fit
+//     (closed-form error), the best refined by alternating least squares and
+//     nearest codes (fastAffine, fastSymSub);
+//  2. K formats: the super-block scales map the largest sub-block scale onto
+//     the integer range (and, for the signed formats, clipping alternatives
+//     ranked by an error model), and the integer sub-block scales are
+//     rounded against them; a short coordinate descent then tries the
+//     integer sub-block scales (and minimums) next to the current ones with
+//     the codes re-chosen, and the fp16 super-block scales are re-fitted by
+//     least squares for the chosen integers; the best super-block seen is
+//     kept;
+//  3. legacy formats (q4_0, q5_0, q4_1, q5_1): the fit and the range-based
+//     scale are rounded to fp16 with their neighbours and the best kept
+//     (fastSymScale, fastAffineScale).
 //
-// All inner loops run over fixed-size arrays without allocation.
+// All inner loops run over fixed-size arrays without allocation, on float32
+// with two accumulators and integer clamps (conditional moves: rounding
+// outcomes are unpredictable branches).
 
 // effort sets how many candidates the fast search visits. With an
 // importance matrix the search does more: outliers of high importance make
@@ -790,4 +797,43 @@ func fastAffineScale(x, w []float32, nmax int, ef *effort, q []int) (float32, fl
 	}
 	affineErrK(x, w, ef.unit, bd, -bm, nmax, q, 0)
 	return bd, bm
+}
+
+// legacySymEffort is the search of fastSymScale: nine inverse scales either
+// side of the max-based one at both ends of the code range.
+var legacySymEffort = effort{symSteps: 9, symStepsMax: 9}
+
+// fastSymScale is the fast counterpart of bestSymScale for q4_0 and q5_0
+// (one fp16 scale, codes in [qmin, qmax] go to q): the continuous fit of
+// fastSymSub and the max-based scales, each with its fp16 neighbours.
+func fastSymScale(x, w []float32, qmin, qmax int, unit bool, q []int) float32 {
+	var amax, smax float32
+	for _, v := range x {
+		if a := abs32(v); a > amax {
+			amax, smax = a, v
+		}
+	}
+	ef := legacySymEffort
+	ef.unit = unit
+	cands := [...]float32{float32(fastSymSub(x, w, qmin, qmax, &ef)), amax / float32(qmax), smax / float32(qmin)}
+	// d = 0 stores zeros: the bound every candidate must beat.
+	best, bestD := 0.0, float32(0)
+	for j, v := range x {
+		best += float64(w[j] * v * v)
+	}
+	for i, c := range cands {
+		if c == 0 || (i > 0 && c == cands[0]) {
+			continue
+		}
+		for _, d := range f16Neighbours(c) {
+			if d == 0 || math.IsInf(float64(d), 0) || math.IsNaN(float64(d)) {
+				continue
+			}
+			if e := symErrK(x, w, unit, d, qmin, qmax, nil, best); e < best {
+				best, bestD = e, d
+			}
+		}
+	}
+	symErrK(x, w, unit, bestD, qmin, qmax, q, 0)
+	return bestD
 }

@@ -98,13 +98,17 @@ func weightsOf(imatrix []float32, off, n int, buf []float32) []float32 {
 	return flushTiny(w, imatrix[off:off+n])
 }
 
-func quantizeQ4_0(dst []byte, src []float32, imatrix []float32) {
+func quantizeQ4_0(dst []byte, src []float32, imatrix []float32) { encodeQ4_0(dst, src, imatrix, false) }
+
+// encodeQ4_0 quantizes src to q4_0 with the fast search, or with the
+// exhaustive reference search when exhaustive is set.
+func encodeQ4_0(dst []byte, src []float32, imatrix []float32, exhaustive bool) {
 	var wb, xb [32]float32
 	var q [32]int
 	for i := 0; i < len(src)/32; i++ {
 		x := flushTiny(xb[:], src[32*i:32*i+32])
 		w := weightsOf(imatrix, 32*i, 32, wb[:])
-		d := bestSymScale(x, w, -8, 7, q[:])
+		d := legacySym(x, w, -8, 7, exhaustive, imatrix == nil, q[:])
 		b := dst[18*i : 18*i+18]
 		putF16(b, d)
 		for j := 0; j < 16; j++ {
@@ -113,13 +117,17 @@ func quantizeQ4_0(dst []byte, src []float32, imatrix []float32) {
 	}
 }
 
-func quantizeQ5_0(dst []byte, src []float32, imatrix []float32) {
+func quantizeQ5_0(dst []byte, src []float32, imatrix []float32) { encodeQ5_0(dst, src, imatrix, false) }
+
+// encodeQ5_0 quantizes src to q5_0 with the fast search, or with the
+// exhaustive reference search when exhaustive is set.
+func encodeQ5_0(dst []byte, src []float32, imatrix []float32, exhaustive bool) {
 	var wb, xb [32]float32
 	var q [32]int
 	for i := 0; i < len(src)/32; i++ {
 		x := flushTiny(xb[:], src[32*i:32*i+32])
 		w := weightsOf(imatrix, 32*i, 32, wb[:])
-		d := bestSymScale(x, w, -16, 15, q[:])
+		d := legacySym(x, w, -16, 15, exhaustive, imatrix == nil, q[:])
 		b := dst[22*i : 22*i+22]
 		putF16(b, d)
 		var qh uint32
@@ -245,4 +253,12 @@ func legacyAffine(x, w []float32, nmax int, exhaustive bool, ef *effort, q []int
 		return bestAffineScale(x, w, nmax, false, q)
 	}
 	return fastAffineScale(x, w, nmax, ef, q)
+}
+
+// legacySym quantizes one q4_0/q5_0 block with the search of the given mode.
+func legacySym(x, w []float32, qmin, qmax int, exhaustive, unit bool, q []int) float32 {
+	if exhaustive {
+		return bestSymScale(x, w, qmin, qmax, q)
+	}
+	return fastSymScale(x, w, qmin, qmax, unit, q)
 }

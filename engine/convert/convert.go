@@ -496,7 +496,10 @@ func streamTensor(w io.Writer, t *weights.Tensor, typ quant.Type, threads int, p
 						errs[k] = err
 						return
 					}
-					f.Quantize(out[i*rb:(i+1)*rb], buf, nil)
+					if err := quant.Quantize(typ, out[i*rb:(i+1)*rb], buf, nil); err != nil {
+						errs[k] = fmt.Errorf("tensor %q row %d: %v", t.Name, r0+i, err)
+						return
+					}
 				}
 			}(k, a, b)
 		}

@@ -388,3 +388,42 @@ func TestQuantizeErrors(t *testing.T) {
 		}
 	}
 }
+
+// A NaN in a source weight is a clear error naming the tensor and row, never a
+// silently garbage block.
+func TestQuantizeRejectsNaN(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "nan.gguf")
+	writeSynthetic(t, src)
+	g, err := weights.OpenGGUF(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var off int64 = -1
+	for _, ti := range g.Tensors {
+		if ti.Name == "blk.0.attn_q.weight" {
+			off = g.DataOffset + int64(ti.Offset) + 4*(3*256+5) // row 3, column 5
+		}
+	}
+	g.Close()
+	if off < 0 {
+		t.Fatal("attn_q not found")
+	}
+	f, err := os.OpenFile(src, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nan [4]byte
+	binary.LittleEndian.PutUint32(nan[:], math.Float32bits(float32(math.NaN())))
+	if _, err := f.WriteAt(nan[:], off); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	for _, name := range []string{"q8_0", "q4_k_m"} {
+		ft, _ := ParseFileType(name)
+		_, err := Quantize(src, Options{Type: ft, Out: filepath.Join(dir, name+".gguf"), Threads: 2})
+		if err == nil || !strings.Contains(err.Error(), "self_attn.q_proj") || !strings.Contains(err.Error(), "row 3") {
+			t.Errorf("%s: got %v, want an error naming the tensor and row 3", name, err)
+		}
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/clefrt/clef/engine/backend"
+	"github.com/clefrt/clef/engine/cpu/kernels"
+	"github.com/clefrt/clef/quant"
 )
 
 // tileRows is how many weight rows are decoded to float32 at a time.
@@ -29,8 +31,39 @@ func (b *Backend) MatMul(x, w *backend.Tensor) (*backend.Tensor, error) {
 		}
 		return newAct(out, m, n), nil
 	}
+	if h, ok := w.Handle.(*weight); ok && floatKernel(h) {
+		if err := b.matmulFloat(out, xf, m, k, n, h, true); err != nil {
+			return nil, fmt.Errorf("cpu: MatMul %s: %w", h.t.Name, err)
+		}
+		return newAct(out, m, n), nil
+	}
 	b.matmul(out, xf, m, k, n, src)
 	return newAct(out, m, n), nil
+}
+
+// floatKernel reports whether w is stored as f32, f16 or bf16, which the
+// float GEMM of engine/cpu/kernels reads as stored (widening in registers).
+func floatKernel(w *weight) bool {
+	if w == nil || w.mlx != nil {
+		return false
+	}
+	switch w.t.Type {
+	case quant.F32, quant.F16, quant.BF16:
+		return true
+	}
+	return false
+}
+
+// matmulFloat computes out [m, n] = x Wᵀ for a float weight w on float32
+// activations, the weight rows split over the workers when par is set.
+func (b *Backend) matmulFloat(out, x []float32, m, k, n int, w *weight, par bool) error {
+	typ, rb := w.t.Type, w.dec.rowBytes
+	if !par {
+		return kernels.GEMMFloat(typ, w.t.Data, n, k, x, m, out, n)
+	}
+	return b.parallelRows(n, m*k, func(lo, hi int) error {
+		return kernels.GEMMFloat(typ, w.t.Data[lo*rb:hi*rb], hi-lo, k, x, m, out[lo:], n)
+	})
 }
 
 // rowSource returns a function decoding row r of w (which must have k

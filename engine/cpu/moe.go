@@ -281,6 +281,9 @@ func (b *Backend) moeInExpert(out, xf []float32, hidden int, active []int, projs
 // workers when par is set or else on the calling goroutine. It returns the
 // quantized activations it used.
 func (b *Backend) project(out, x []float32, m, k, n int, src func([]float32, int), w *weight, xq []byte, par bool) ([]byte, error) {
+	if floatKernel(w) {
+		return nil, b.matmulFloat(out, x, m, k, n, w, par)
+	}
 	if w == nil || !b.quantized(w) {
 		if par {
 			b.matmul(out, x, m, k, n, src)

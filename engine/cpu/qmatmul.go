@@ -6,10 +6,6 @@ import (
 	"github.com/clefrt/clef/engine/cpu/kernels"
 )
 
-// qRowsPerChunk is the granularity in weight rows at which the quantized
-// GEMM is split over workers (a multiple of the kernels' 4-row tiles).
-const qRowsPerChunk = 16
-
 // quantized reports whether a matmul with w runs on 8-bit activations.
 func (b *Backend) quantized(w *weight) bool { return w.dec.q8 && !b.precise }
 
@@ -56,14 +52,49 @@ func (b *Backend) matmulQ(out, x []float32, m, k, n int, w *weight) error {
 // gemmQParallel computes out [m, n] from quantized activations xq, the
 // weight rows split over the workers.
 func (b *Backend) gemmQParallel(out []float32, xq []byte, m, n int, w *weight) error {
-	k := w.cols
-	chunks := (n + qRowsPerChunk - 1) / qRowsPerChunk
+	return b.parallelRows(n, m*w.cols, func(lo, hi int) error {
+		return gemmQ(out, xq, m, n, w, lo, hi)
+	})
+}
+
+// kernelRowTile is the weight-row tile of the kernels' GEMMs: a GEMM on
+// rows split at multiples of it gives the same bits as one call.
+const kernelRowTile = 4
+
+// chunksPerWorker is how many row chunks each worker gets on average:
+// more than one so a worker slowed by the rest of the machine does not
+// hold up the others, few so each GEMM call is long.
+const chunksPerWorker = 4
+
+// minChunkWork is the least work (weight rows × activation values) worth
+// a chunk of its own.
+const minChunkWork = 1 << 18
+
+// rowChunk returns the weight rows per chunk for n rows against work
+// activation values per row (m·k): n / (workers × chunksPerWorker),
+// rounded up to the kernels' row tile and to at least minChunkWork; all n
+// with one worker.
+func (b *Backend) rowChunk(n, work int) int {
+	if b.threads <= 1 {
+		return max(n, 1)
+	}
+	c := max(n/(b.threads*chunksPerWorker), (minChunkWork+work-1)/max(1, work), 1)
+	return (c + kernelRowTile - 1) / kernelRowTile * kernelRowTile
+}
+
+// parallelRows splits n weight rows into chunks of rowChunk rows that the
+// workers pull in turn, and returns the first error of fn.
+func (b *Backend) parallelRows(n, work int, fn func(lo, hi int) error) error {
+	c := b.rowChunk(n, work)
+	chunks := (n + c - 1) / c
 	var first error
 	var mu sync.Mutex
-	b.parallel(chunks, max(1, 1<<14/max(1, m*k)), func(clo, chi int) {
-		if err := gemmQ(out, xq, m, n, w, clo*qRowsPerChunk, min(n, chi*qRowsPerChunk)); err != nil {
+	b.parallelDynamic(chunks, func(_, i int) {
+		if err := fn(i*c, min(n, (i+1)*c)); err != nil {
 			mu.Lock()
-			first = err
+			if first == nil {
+				first = err
+			}
 			mu.Unlock()
 		}
 	})

@@ -20,3 +20,11 @@ func TestPkRecsGeneric(t *testing.T) {
 	defer func() { fast = saved }()
 	pkRecsCheck(t)
 }
+
+// TestGEMMFloatGenericFallback runs TestGEMMFloat on the generic kernels.
+func TestGEMMFloatGenericFallback(t *testing.T) {
+	saved := fast
+	fast = false
+	defer func() { fast = saved }()
+	TestGEMMFloat(t)
+}

@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"fmt"
 	"math"
 	"sync"
 
@@ -19,13 +20,60 @@ func gemmFloat(typ quant.Type, w []byte, wRow, n, k int, xq []byte, xRow, m int,
 	// pool calls GEMM for a few weight rows at a time.
 	buf := floatScratch.Get().(*[]float32)
 	defer floatScratch.Put(buf)
-	if cap(*buf) < m*k+4*k {
-		*buf = make([]float32, m*k+4*k)
+	if cap(*buf) < m*k {
+		*buf = make([]float32, m*k)
 	}
-	xf, tile := (*buf)[:m*k], (*buf)[m*k:m*k+4*k]
+	xf := (*buf)[:m*k]
 	for i := 0; i < m; i++ {
 		widen(f, xf[i*k:(i+1)*k], xq[i*xRow:(i+1)*xRow])
 	}
+	gemmFloatF32(typ, w, wRow, n, k, xf, m, out, ldOut)
+}
+
+// GEMMFloat is GEMM for f32, f16 and bf16 weights on float32 activations x
+// [m, k] (not rounded to the weight format): out[i*ldOut+j] = Σ_k
+// w[j,k]·x[i,k]. The weights are widened in registers where there is a
+// fast kernel. Each output value depends only on its weight row, its
+// activation row, m and whether its row lies in a full 4-row tile counted
+// from w's first row, so callers splitting the rows at multiples of 4 get
+// the same bits as one call.
+func GEMMFloat(typ quant.Type, w []byte, n, k int, x []float32, m int, out []float32, ldOut int) error {
+	if typ != quant.F32 && typ != quant.F16 && typ != quant.BF16 {
+		return fmt.Errorf("kernels: GEMMFloat: %v is not a float weight type", typ)
+	}
+	if n < 0 || m < 0 || k < 0 {
+		return fmt.Errorf("kernels: GEMMFloat %v: negative size n=%d m=%d k=%d", typ, n, m, k)
+	}
+	wRow, err := quant.RowBytes(typ, k)
+	if err != nil {
+		return err
+	}
+	if n > 0 && len(w)/n < wRow {
+		return fmt.Errorf("kernels: GEMMFloat %v: %d weight rows of %d values need %d bytes, have %d", typ, n, k, n*wRow, len(w))
+	}
+	if m > 0 && len(x)/m < k {
+		return fmt.Errorf("kernels: GEMMFloat %v: %d activation rows of %d values need %d floats, have %d", typ, m, k, m*k, len(x))
+	}
+	if m > 0 && (ldOut < n || (len(out)-n)/ldOut < m-1 || len(out) < n) {
+		return fmt.Errorf("kernels: GEMMFloat %v: output of %d rows of %d (stride %d) does not fit %d floats", typ, m, n, ldOut, len(out))
+	}
+	if m == 0 || n == 0 {
+		return nil
+	}
+	if k == 0 {
+		for i := 0; i < m; i++ {
+			clear(out[i*ldOut : i*ldOut+n])
+		}
+		return nil
+	}
+	gemmFloatF32(typ, w, wRow, n, k, x[:m*k], m, out, ldOut)
+	return nil
+}
+
+// gemmFloatF32 is gemmFloat on float32 activations xf [m, k].
+func gemmFloatF32(typ quant.Type, w []byte, wRow, n, k int, xf []float32, m int, out []float32, ldOut int) {
+	f, _ := quant.FormatOf(typ)
+	var tile []float32
 	var r [4]float32
 	var r8 [8]float32
 	var xpad []float32
@@ -79,6 +127,9 @@ func gemmFloat(typ quant.Type, w []byte, wRow, n, k int, xq []byte, xRow, m int,
 				}
 				continue
 			}
+		}
+		if tile == nil {
+			tile = make([]float32, 4*k)
 		}
 		clear(tile)
 		for row := 0; row < rows; row++ {

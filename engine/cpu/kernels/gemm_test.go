@@ -41,7 +41,14 @@ func operands(t testing.TB, typ quant.Type, n, m, k int, seed uint64) (w, x []by
 			f.Quantize(row, src, nil)
 		} else {
 			// Random blocks: every code value occurs (q8_0's -128, q6_K's
-			// scale -128 ...); only the fp16 scales are made sane.
+			// scale -128 ...); only the fp16 scales are made sane. Row 1
+			// is all 0x80 bytes: q8_0 blocks of code -128 only (a valid
+			// code a foreign GGUF may hold), q6_K scales of -128.
+			if j == 1 {
+				for i := range row {
+					row[i] = 0x80
+				}
+			}
 			for b := 0; b < len(row); b += f.BlockBytes {
 				for _, o := range scaleOffsets[typ] {
 					v := float32(rng.Float64()*0.01+0.001) * float32(1-2*int(rng.Uint32()&1))
@@ -58,10 +65,39 @@ func operands(t testing.TB, typ quant.Type, n, m, k int, seed uint64) (w, x []by
 		if i%97 == 0 {
 			act[i] *= 40
 		}
+		if i/k == 1 {
+			// Row 1 saturates the 8-bit activations: codes ±127 in
+			// pairs of one sign (q8_0/q8_1: the largest int16 pair sums
+			// against weight code -128) and -128 (q8_K: its quantizer
+			// maps the most negative value to -128).
+			act[i] = 0.999
+			if (i%k)/2%2 == 0 {
+				act[i] = -1
+			}
+		}
 	}
 	x = make([]byte, m*xRow+64)
 	if err := QuantizeActivations(typ, act, m, k, x); err != nil {
 		t.Fatal(err)
+	}
+	if f.VecDotType == quant.Q8_K && m > 1 {
+		// Our q8_K quantizer (as ggml's now) stays within ±127, but the
+		// format holds -128: put it in row 1 (where the -127 codes are)
+		// and redo the block sums.
+		row := x[xRow : 2*xRow]
+		for b := 0; b < len(row); b += 292 {
+			for g := 0; g < 16; g++ {
+				sum := 0
+				for l := 0; l < 16; l++ {
+					q := &row[b+4+16*g+l]
+					if int8(*q) == -127 {
+						*q = 0x80
+					}
+					sum += int(int8(*q))
+				}
+				binary.LittleEndian.PutUint16(row[b+260+2*g:], uint16(int16(sum)))
+			}
+		}
 	}
 	xf = make([]float32, m*k)
 	vf, _ := quant.FormatOf(f.VecDotType)
@@ -269,6 +305,75 @@ func BenchmarkGEMM(b *testing.B) {
 				// what else the machine is running.
 				b.ReportMetric(flops/(cpuTime()-c0).Seconds()/1e9, "GFLOP/cpu-s")
 			})
+		}
+	}
+}
+
+// TestGEMMFloat checks GEMMFloat (float weights, float32 activations not
+// rounded to the weight format) against float64 dot products, with NaN
+// sentinels, and that splitting the weight rows at multiples of 4 gives
+// the same bits as one call.
+func TestGEMMFloat(t *testing.T) {
+	for _, typ := range []quant.Type{quant.F32, quant.F16, quant.BF16} {
+		for _, k := range []int{1, 7, 300} {
+			w, _, wf, _ := operands(t, typ, 13, 1, k, uint64(k)+50)
+			_, _, xf, _ := operands(t, quant.F32, 33, 1, k, uint64(k)+60) // 33 unrounded float32 rows
+			wRow, _ := quant.RowBytes(typ, k)
+			for _, n := range []int{1, 4, 9, 13} {
+				for _, m := range []int{1, 2, 5, 33} {
+					ld := n + 3
+					out := make([]float32, 2+m*ld+5)
+					split := make([]float32, len(out))
+					for i := range out {
+						out[i] = float32(math.NaN())
+						split[i] = out[i]
+					}
+					if err := GEMMFloat(typ, w, n, k, xf, m, out[2:], ld); err != nil {
+						t.Fatal(err)
+					}
+					for j0 := 0; j0 < n; j0 += 4 {
+						j1 := min(n, j0+4)
+						if err := GEMMFloat(typ, w[j0*wRow:], j1-j0, k, xf, m, split[2+j0:], ld); err != nil {
+							t.Fatal(err)
+						}
+					}
+					for i := range out {
+						r, c := (i-2)/ld, (i-2)%ld
+						if i < 2 || r >= m || c >= n {
+							if !math.IsNaN(float64(out[i])) || !math.IsNaN(float64(split[i])) {
+								t.Fatalf("%v k=%d n=%d m=%d: sentinel %d overwritten", typ, k, n, m, i)
+							}
+							continue
+						}
+						var ref, abs float64
+						for c2 := 0; c2 < k; c2++ {
+							p := float64(wf[c*k+c2]) * float64(xf[r*k+c2])
+							ref += p
+							abs += math.Abs(p)
+						}
+						if got := float64(out[i]); !(math.Abs(got-ref) <= 1e-6*abs+1e-30) {
+							t.Fatalf("%v k=%d n=%d m=%d: out[%d,%d] = %g, want %g", typ, k, n, m, r, c, got, ref)
+						}
+						if math.Float32bits(out[i]) != math.Float32bits(split[i]) {
+							t.Fatalf("%v k=%d n=%d m=%d: out[%d,%d] = %g in one call, %g split by 4 rows", typ, k, n, m, r, c, out[i], split[i])
+						}
+					}
+				}
+			}
+		}
+	}
+	w := make([]byte, 4*64*2)
+	x := make([]float32, 2*64)
+	out := make([]float32, 8)
+	for name, err := range map[string]error{
+		"q8_0 weights":      GEMMFloat(quant.Q8_0, w, 4, 64, x, 2, out, 4),
+		"short weights":     GEMMFloat(quant.BF16, w[:100], 4, 64, x, 2, out, 4),
+		"short activations": GEMMFloat(quant.BF16, w, 4, 64, x[:100], 2, out, 4),
+		"short output":      GEMMFloat(quant.BF16, w, 4, 64, x, 2, out[:7], 4),
+		"negative size":     GEMMFloat(quant.BF16, w, -1, 64, x, 2, out, 4),
+	} {
+		if err == nil {
+			t.Errorf("%s: accepted", name)
 		}
 	}
 }
