@@ -184,7 +184,7 @@ func (s *Server) handleDecide(p protocol) handlerFunc {
 			ri.attrs = append(ri.attrs, slog.String("body", string(body)))
 		}
 		ri.attrs = append(ri.attrs, slog.Int("body_bytes", len(body)))
-		req, err := s.parse(p, body)
+		req, ignored, err := s.parse(p, body)
 		if err != nil {
 			he, _ := toHTTPError(err)
 			ri.attrs = append(ri.attrs, slog.String("refused", he.Message))
@@ -211,7 +211,9 @@ func (s *Server) handleDecide(p protocol) handlerFunc {
 		if p == workersAI {
 			// The result is written byte for byte as the model rendered it.
 			out := append([]byte(`{"result":`), bytes.TrimSpace(dec.Body)...)
-			out = append(out, `,"success":true,"errors":[],"messages":[]}`...)
+			out = append(out, `,"success":true,"errors":[],"messages":`...)
+			out = append(out, ignoredMessages(ignored)...)
+			out = append(out, '}')
 			writeJSON(w, http.StatusOK, out)
 			return
 		}
@@ -221,35 +223,46 @@ func (s *Server) handleDecide(p protocol) handlerFunc {
 
 // parse decodes and validates a body for protocol p: the reference's checks
 // on SystemOne, the hosted API's on Workers AI; media are refused until the
-// runtime reads them.
-func (s *Server) parse(p protocol, body []byte) (*api.Request, error) {
-	req, err := api.ParseRequest(body)
+// runtime reads them. On Workers AI, members that the published schema
+// allows but the API does not use are answered, not refused, and returned in
+// ignored so the envelope's messages can say so.
+func (s *Server) parse(p protocol, body []byte) (req *api.Request, ignored []string, err error) {
+	req, err = api.ParseRequest(body)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if p == workersAI {
 		if err := checkWorkersAIModel(req); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-	}
-	if p == workersAI {
-		err = req.ValidateHosted() // Validate, then the hosted limits
+		ignored, err = req.ValidateHostedLenient() // Validate, then the hosted limits
 	} else {
 		err = req.Validate()
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for _, m := range []struct {
 		field string
 		v     *pyjson.Value
 	}{{"images", req.Images}, {"audio", req.Audio}, {"videos", req.Videos}} {
 		if hasMedia(m.v) {
-			return nil, &httpError{Status: http.StatusUnprocessableEntity, Code: api.CodeValidation, Field: m.field,
+			return nil, nil, &httpError{Status: http.StatusUnprocessableEntity, Code: api.CodeValidation, Field: m.field,
 				Message: m.field + ": media input is not supported yet by this runtime (text state only)"}
 		}
 	}
-	return req, nil
+	return req, ignored, nil
+}
+
+// ignoredMessages renders the envelope's messages for ignored members: a
+// JSON array of strings, [] when there are none.
+func ignoredMessages(ignored []string) []byte {
+	msgs := make([]string, len(ignored))
+	for i, f := range ignored {
+		msgs[i] = "ignored unknown field " + f + ": it is not part of the clef-omni API"
+	}
+	b, _ := json.Marshal(msgs)
+	return b
 }
 
 // checkWorkersAIModel applies the route's model check: the body's model

@@ -80,10 +80,28 @@ func (r *Request) Validate() error {
 // Pixel counts and durations need decoding and are checked by the media
 // decoders.
 func (r *Request) ValidateHosted() error {
+	return r.validateHosted(nil)
+}
+
+// ValidateHostedLenient is ValidateHosted for a route that must answer every
+// request the published JSON Schema accepts: the schema does not forbid
+// members it does not name (an extra top-level field, a field inside a
+// question, noul criteria or a media object), so those are not refused but
+// returned in ignored (their dotted paths), for the caller to report. Every
+// other hosted limit applies unchanged.
+func (r *Request) ValidateHostedLenient() (ignored []string, err error) {
+	ign := []string{}
+	err = r.validateHosted(&ign)
+	return ign, err
+}
+
+// validateHosted applies the hosted checks; with ign non-nil, unknown members
+// are collected there instead of refused.
+func (r *Request) validateHosted(ign *[]string) error {
 	if err := r.Validate(); err != nil {
 		return err
 	}
-	if err := onlyKeys(r.Doc, "", "model", "state", "questions", "images", "audio", "videos"); err != nil {
+	if err := onlyKeys(r.Doc, "", ign, "model", "state", "questions", "images", "audio", "videos"); err != nil {
 		return err
 	}
 	if strings.TrimSpace(r.Model) != "clef-omni" {
@@ -93,7 +111,7 @@ func (r *Request) ValidateHosted() error {
 		return invalid("questions", fmt.Sprintf("questions: at most %d questions, got %d", MaxQuestions, n))
 	}
 	for _, q := range r.Questions {
-		if err := q.validateHosted(); err != nil {
+		if err := q.validateHosted(ign); err != nil {
 			return err
 		}
 	}
@@ -107,7 +125,7 @@ func (r *Request) ValidateHosted() error {
 		{"audio", "audio/", r.Audio, MaxAudio, MaxAudioBytes},
 		{"videos", "video/", r.Videos, MaxVideos, MaxVideoBytes},
 	} {
-		total, err := validateMedia(m.name, m.mediaType, m.v, m.max, m.each)
+		total, err := validateMedia(m.name, m.mediaType, m.v, m.max, m.each, ign)
 		if err != nil {
 			return err
 		}
@@ -134,12 +152,12 @@ func CheckBodySize(n int) error {
 	return nil
 }
 
-func (q *Question) validateHosted() error {
+func (q *Question) validateHosted(ign *[]string) error {
 	field := "questions." + q.ID
 	if !validID(q.ID) {
 		return invalid(field, fmt.Sprintf("questions: id %q must be 1-%d characters from A-Z a-z 0-9 _ . -", q.ID, MaxQuestionIDLen))
 	}
-	if err := onlyKeys(q.Raw, field, "type", "instructions", "criteria"); err != nil {
+	if err := onlyKeys(q.Raw, field, ign, "type", "instructions", "criteria"); err != nil {
 		return err
 	}
 	in := q.Instructions
@@ -163,7 +181,7 @@ func (q *Question) validateHosted() error {
 		if c.Kind != pyjson.Object {
 			return invalid(field+".criteria", fmt.Sprintf("%s.criteria: a noul's criteria must be an object with true and false, got %s", field, c.Kind))
 		}
-		return onlyKeys(c, field+".criteria", "true", "false")
+		return onlyKeys(c, field+".criteria", ign, "true", "false")
 	case Choice:
 		if c.Kind != pyjson.Object {
 			return invalid(field+".criteria", fmt.Sprintf("%s.criteria: a choice's criteria must be an object of option id to description, got %s", field, c.Kind))
@@ -205,8 +223,9 @@ func validID(id string) bool {
 	return true
 }
 
-// onlyKeys rejects members of object v other than allowed.
-func onlyKeys(v *pyjson.Value, field string, allowed ...string) error {
+// onlyKeys rejects members of object v other than allowed, or, with ign
+// non-nil, appends their paths to *ign.
+func onlyKeys(v *pyjson.Value, field string, ign *[]string, allowed ...string) error {
 	for _, k := range v.Keys {
 		ok := false
 		for _, a := range allowed {
@@ -220,6 +239,10 @@ func onlyKeys(v *pyjson.Value, field string, allowed ...string) error {
 			if field != "" {
 				at = field + "." + k
 			}
+			if ign != nil {
+				*ign = append(*ign, at)
+				continue
+			}
 			return invalid(at, fmt.Sprintf("%s: unknown field (allowed: %s)", at, strings.Join(allowed, ", ")))
 		}
 	}
@@ -227,7 +250,7 @@ func onlyKeys(v *pyjson.Value, field string, allowed ...string) error {
 }
 
 // validateMedia checks one media list and returns its decoded size.
-func validateMedia(name, mediaType string, v *pyjson.Value, maxItems, maxEach int) (int, error) {
+func validateMedia(name, mediaType string, v *pyjson.Value, maxItems, maxEach int, ign *[]string) (int, error) {
 	if v == nil {
 		return 0, nil
 	}
@@ -261,7 +284,7 @@ func validateMedia(name, mediaType string, v *pyjson.Value, maxItems, maxEach in
 				size = len(s) - comma - 1
 			}
 		case pyjson.Object:
-			if err := onlyKeys(it, field, "content_type", "base64"); err != nil {
+			if err := onlyKeys(it, field, ign, "content_type", "base64"); err != nil {
 				return 0, err
 			}
 			ct, b64 := it.Get("content_type"), it.Get("base64")
