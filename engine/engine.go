@@ -11,6 +11,8 @@ package engine
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/http"
@@ -46,6 +48,22 @@ type Options struct {
 	// Strict applies the hosted Workers AI limits (api ValidateHosted: counts,
 	// id patterns, unknown fields) on top of the reference's checks.
 	Strict bool
+	// PrefixCache, when set, keeps the thinker's keys, values and hidden
+	// rows of every record's prefix (system prompt, media, state: all that
+	// comes before the schema), so a record with a cached prefix runs only
+	// its schema tokens. *server.PrefixCache implements it; nil disables
+	// reuse, and so does a store whose Enabled method reports false.
+	PrefixCache PrefixStore
+}
+
+// PrefixStore is a cache of prefixes keyed by a content hash; values are
+// *qwen3moe.Prefix and size is what they hold in bytes. It must be safe for
+// concurrent use; values it returns are only read. A store may also have
+// Enabled() bool (false: not used) and MaxBytes() int64 (a prefix larger
+// than that is neither looked up nor kept back from the backend).
+type PrefixStore interface {
+	Get(key [32]byte) (any, bool)
+	Put(key [32]byte, val any, size int64) bool
 }
 
 // Stats describes one Decide call.
@@ -60,6 +78,10 @@ type Stats struct {
 	// the state was cut to fit MaxLength.
 	StateTokens    int
 	StateTruncated bool
+	// PrefixHit tells whether the record's prefix came from the prefix
+	// cache, CachedTokens how many tokens it held (0 on a miss).
+	PrefixHit    bool
+	CachedTokens int
 }
 
 // Engine is a loaded model. Decide may be called from several goroutines;
@@ -73,6 +95,10 @@ type Engine struct {
 	head    *schemahead.Head
 	lex     schemahead.Lexicon
 	mu      sync.Mutex
+	// ident names the model in prefix cache keys; prefixLen is the token
+	// count of the record prefix (record.Prefix) before the media and state.
+	ident     string
+	prefixLen int
 	// headOnBackend tells whether the head's large products run on the
 	// backend (schemahead.Head.Bind succeeded).
 	headOnBackend bool
@@ -101,7 +127,12 @@ func Open(path string, opts Options) (*Engine, error) {
 		return nil, fmt.Errorf("engine: model: %w", err)
 	}
 	if !st.IsDir() {
-		return openGGUF(path, opts)
+		e, err := openGGUF(path, opts)
+		if err != nil {
+			return nil, err
+		}
+		e.identify(path)
+		return e, nil
 	}
 	for _, f := range []string{configFile, schemahead.ConfigFile, schemahead.WeightsFile, tokenizerFile} {
 		if _, err := os.Stat(filepath.Join(path, f)); err != nil {
@@ -133,7 +164,23 @@ func Open(path string, opts Options) (*Engine, error) {
 		m.Close()
 		return nil, err
 	}
+	e.identify(path)
 	return e, nil
+}
+
+// identify sets what prefix cache keys hold of the model: its path, file
+// size and time, configuration and backend (the keys and values depend on
+// all of them), and the record prefix's token count.
+func (e *Engine) identify(path string) {
+	if abs, err := filepath.Abs(path); err == nil {
+		path = abs
+	}
+	var stamp string
+	if st, err := os.Stat(path); err == nil {
+		stamp = fmt.Sprintf("%d/%d", st.Size(), st.ModTime().UnixNano())
+	}
+	e.ident = fmt.Sprintf("clef prefix v1\x00%s\x00%s\x00%+v\x00%s", path, stamp, e.thinker.Config, e.backend.Name())
+	e.prefixLen = len(e.tok.Encode(record.Prefix))
 }
 
 // assemble checks that the parts fit together and binds them on a backend.
@@ -281,7 +328,7 @@ func (e *Engine) decide(ctx context.Context, req *api.Request) (*decision, error
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	t := time.Now()
-	hidden, err := e.thinker.Hidden(ctx, enc.InputIDs, nil)
+	hidden, err := e.backbone(ctx, enc, st)
 	if err != nil {
 		return nil, fmt.Errorf("engine: thinker: %w", err)
 	}
@@ -307,6 +354,62 @@ func (e *Engine) decide(ctx context.Context, req *api.Request) (*decision, error
 	st.Head = time.Since(t)
 	st.Total = time.Since(start)
 	return &decision{enc: enc, probs: probs, resp: resp, stats: st}, nil
+}
+
+// backbone runs the thinker on the record and returns the hidden state of
+// every position. With a prefix cache, the prefix (everything before the
+// schema) is looked up by content: on a hit only the rest runs, after the
+// stored keys and values; on a miss the whole record runs and the prefix
+// is stored.
+func (e *Engine) backbone(ctx context.Context, enc *api.Encoded, st *Stats) ([]float32, error) {
+	store := e.opts.PrefixCache
+	if en, ok := store.(interface{ Enabled() bool }); ok && !en.Enabled() {
+		store = nil
+	}
+	// The schema starts after the record prefix and the state (text records:
+	// no media); it is never empty, so P < len(InputIDs).
+	P := e.prefixLen + enc.StateTokens
+	if store == nil || !e.thinker.CanResume() || P <= 0 || P >= len(enc.InputIDs) {
+		return e.thinker.Hidden(ctx, enc.InputIDs, nil)
+	}
+	if mb, ok := store.(interface{ MaxBytes() int64 }); ok && e.thinker.PrefixBytes(P) > mb.MaxBytes() {
+		// It could never be stored: do not read the keys and values back.
+		return e.thinker.Hidden(ctx, enc.InputIDs, nil)
+	}
+	key := e.prefixKey(enc.InputIDs[:P])
+	if v, ok := store.Get(key); ok {
+		if pre, ok := v.(*qwen3moe.Prefix); ok && pre.Len == P {
+			rest, _, err := e.thinker.HiddenPrefix(ctx, qwen3moe.Input{IDs: enc.InputIDs[P:], Past: pre}, 0)
+			if err != nil {
+				return nil, err
+			}
+			st.PrefixHit, st.CachedTokens = true, P
+			hidden := make([]float32, 0, len(pre.Hidden)+len(rest))
+			return append(append(hidden, pre.Hidden...), rest...), nil
+		}
+	}
+	hidden, pre, err := e.thinker.HiddenPrefix(ctx, qwen3moe.Input{IDs: enc.InputIDs}, P)
+	if err != nil {
+		return nil, err
+	}
+	store.Put(key, pre, pre.Bytes())
+	return hidden, nil
+}
+
+// prefixKey is the SHA-256 of the model's identity and the prefix's ids.
+func (e *Engine) prefixKey(ids []int) [32]byte {
+	h := sha256.New()
+	h.Write([]byte(e.ident))
+	var buf [8]byte
+	binary.LittleEndian.PutUint64(buf[:], uint64(len(ids)))
+	h.Write(buf[:])
+	for _, id := range ids {
+		binary.LittleEndian.PutUint32(buf[:4], uint32(id))
+		h.Write(buf[:4])
+	}
+	var k [32]byte
+	h.Sum(k[:0])
+	return k
 }
 
 // truthy reports whether a media field holds anything, as Python's

@@ -7,11 +7,12 @@ import (
 	"github.com/clefrt/clef/engine/api"
 )
 
-// EngineLoader returns a Loader that opens the model at path with opts.
-// The engine does not reuse prefix key/values yet, so the cache is unused
-// (see PrefixCache).
+// EngineLoader returns a Loader that opens the model at path with opts; the
+// engine keeps record prefixes in the server's cache (see PrefixCache).
 func EngineLoader(path string, opts engine.Options) Loader {
-	return func(ctx context.Context, _ *PrefixCache) (Model, error) {
+	return func(ctx context.Context, cache *PrefixCache) (Model, error) {
+		opts := opts
+		opts.PrefixCache = cache
 		e, err := engine.Open(path, opts)
 		if err != nil {
 			return nil, err

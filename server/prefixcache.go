@@ -59,6 +59,15 @@ func NewPrefixCache(maxBytes int64) *PrefixCache {
 // Enabled reports whether the cache may hold anything.
 func (c *PrefixCache) Enabled() bool { return c != nil && c.max > 0 }
 
+// MaxBytes is the cache's budget: the engine does not build an entry larger
+// than this (it could never be stored).
+func (c *PrefixCache) MaxBytes() int64 {
+	if c == nil {
+		return 0
+	}
+	return c.max
+}
+
 // Get returns the value cached under key and marks it most recently used.
 func (c *PrefixCache) Get(key PrefixKey) (any, bool) {
 	if c == nil {

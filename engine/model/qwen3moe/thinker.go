@@ -164,6 +164,11 @@ type Input struct {
 	Positions  [][3]int
 	VisualRows []int
 	Deepstack  [][]float32
+	// Past, when set, is a stored prefix (see Prefix): IDs are then the
+	// positions after it, attending to its keys and values as well as to
+	// their own, and nil Positions mean Past.Len, Past.Len+1, ... It needs
+	// a backend that implements backend.RowChunker.
+	Past *Prefix
 }
 
 // Hidden runs the decoder on ids and returns the final normed hidden state
@@ -181,6 +186,13 @@ func (m *Model) Hidden(ctx context.Context, ids []int, positions [][3]int) ([]fl
 // Forward runs the decoder (spec §2.2) and returns the final normed hidden
 // states [L, hidden] on the backend; the caller frees them.
 func (m *Model) Forward(ctx context.Context, in Input, tap Tap) (*backend.Tensor, error) {
+	return m.forward(ctx, in, tap, nil)
+}
+
+// forward is Forward that, with save set (save.Len > 0 and save.K, save.V
+// of one nil entry per layer), also keeps every layer's keys and values of
+// the first save.Len rows in save.
+func (m *Model) forward(ctx context.Context, in Input, tap Tap, save *Prefix) (*backend.Tensor, error) {
 	c, b := m.Config, m.b
 	L := len(in.IDs)
 	if in.Embeds != nil && L == 0 {
@@ -189,9 +201,25 @@ func (m *Model) Forward(ctx context.Context, in Input, tap Tap) (*backend.Tensor
 	if L == 0 {
 		return nil, fmt.Errorf("qwen3moe: no input tokens")
 	}
+	off := 0
+	if in.Past != nil {
+		if err := m.checkPast(in.Past); err != nil {
+			return nil, err
+		}
+		off = in.Past.Len
+	}
+	if (in.Past != nil || save != nil) && !m.chunks() {
+		return nil, fmt.Errorf("qwen3moe: backend %s cannot resume from a stored prefix (no backend.RowChunker)", b.Name())
+	}
+	if save != nil && in.Past != nil {
+		return nil, fmt.Errorf("qwen3moe: cannot keep a prefix while resuming from one")
+	}
+	if save != nil && (save.Len <= 0 || save.Len > L || len(save.K) != c.Layers || len(save.V) != c.Layers) {
+		return nil, fmt.Errorf("qwen3moe: cannot keep a prefix of %d rows of %d", save.Len, L)
+	}
 	positions := in.Positions
 	if positions == nil {
-		positions = TextPositions(L)
+		positions = TextPositions(off + L)[off:]
 	}
 	if len(positions) != L {
 		return nil, fmt.Errorf("qwen3moe: %d positions for %d tokens", len(positions), L)
@@ -232,7 +260,7 @@ func (m *Model) Forward(ctx context.Context, in Input, tap Tap) (*backend.Tensor
 			b.Free(x)
 			return nil, err
 		}
-		nx, err := m.layer(l, x, positions, rope, scale, tap)
+		nx, err := m.layer(ctx, l, x, positions, rope, scale, tap, in.Past, save)
 		b.Free(x)
 		if err != nil {
 			return nil, fmt.Errorf("qwen3moe: layer %d: %w", l, err)
@@ -265,7 +293,11 @@ const DefaultChunk = 512
 // returns the new stream; x is left for the caller to free. K and V are
 // computed for every row; queries, attention output and the MoE block run
 // over row chunks when the backend supports it.
-func (m *Model) layer(l int, x *backend.Tensor, pos [][3]int, rope backend.RoPE, scale float32, tap Tap) (*backend.Tensor, error) {
+//
+// With past set, x holds the rows after the stored prefix and their queries
+// attend to the prefix's keys and values of layer l too; with save set, the
+// keys and values of the first save.Len rows are read back into save.
+func (m *Model) layer(ctx context.Context, l int, x *backend.Tensor, pos [][3]int, rope backend.RoPE, scale float32, tap Tap, past, save *Prefix) (*backend.Tensor, error) {
 	c, b, ly := m.Config, m.b, &m.layers[l]
 	L := x.Rows()
 	chunk := m.Chunk
@@ -275,6 +307,10 @@ func (m *Model) layer(l int, x *backend.Tensor, pos [][3]int, rope backend.RoPE,
 	rc, ok := b.(backend.RowChunker)
 	if !ok || chunk >= L {
 		chunk = L
+	}
+	off := 0
+	if past != nil {
+		off = past.Len
 	}
 
 	// Attention block, keys and values: every row. The normed rows are
@@ -298,16 +334,33 @@ func (m *Model) layer(l int, x *backend.Tensor, pos [][3]int, rope backend.RoPE,
 	if err != nil {
 		return nil, err
 	}
-	defer b.Free(k)
+	defer func() { b.Free(k) }()
 	v, err := b.MatMul(h, ly.v) // Vcur [L, kv_heads*head_dim]
 	b.Free(h)
 	if err != nil {
 		return nil, err
 	}
-	defer b.Free(v)
+	defer func() { b.Free(v) }()
+	if save != nil {
+		if save.K[l], err = m.readRows(ctx, rc, k, save.Len); err != nil {
+			return nil, err
+		}
+		if save.V[l], err = m.readRows(ctx, rc, v, save.Len); err != nil {
+			return nil, err
+		}
+	}
+	if past != nil {
+		// The keys and values of every position: the prefix's, then these rows'.
+		if k, err = m.prepend(rc, past.K[l], k); err != nil { // [off+L, kv_heads*head_dim]
+			return nil, err
+		}
+		if v, err = m.prepend(rc, past.V[l], v); err != nil { // [off+L, kv_heads*head_dim]
+			return nil, err
+		}
+	}
 
-	if chunk == L {
-		out, err := m.rows(l, x, k, v, pos, 0, L, nil, rope, scale, tap)
+	if chunk == L && off == 0 {
+		out, err := m.rows(l, x, k, v, pos, 0, L, 0, nil, rope, scale, tap)
 		if err == nil && tap != nil {
 			if err = tap("l_out", l, out); err != nil {
 				b.Free(out)
@@ -318,13 +371,18 @@ func (m *Model) layer(l int, x *backend.Tensor, pos [][3]int, rope backend.RoPE,
 	var outs []*backend.Tensor
 	defer func() { b.Free(outs...) }()
 	for c0 := 0; c0 < L; c0 += chunk {
-		out, err := m.rows(l, x, k, v, pos, c0, min(L, c0+chunk), rc, rope, scale, tap)
+		out, err := m.rows(l, x, k, v, pos, c0, min(L, c0+chunk), off, rc, rope, scale, tap)
 		if err != nil {
 			return nil, err
 		}
 		outs = append(outs, out)
 	}
-	out, err := rc.Concat(outs...) // l_out [L, hidden]
+	var out *backend.Tensor
+	if len(outs) == 1 {
+		out, outs = outs[0], nil // l_out [L, hidden]
+	} else {
+		out, err = rc.Concat(outs...) // l_out [L, hidden]
+	}
 	if err == nil && tap != nil {
 		if err = tap("l_out", l, out); err != nil {
 			b.Free(out)
@@ -333,10 +391,11 @@ func (m *Model) layer(l int, x *backend.Tensor, pos [][3]int, rope backend.RoPE,
 	return out, err
 }
 
-// rows runs the rest of layer l for rows [c0, c1): queries, attention over
-// keys 0..c1-1, output projection, residual, MoE block, residual. With rc
-// nil the rows are the whole sequence.
-func (m *Model) rows(l int, x, k, v *backend.Tensor, pos [][3]int, c0, c1 int, rc backend.RowChunker, rope backend.RoPE, scale float32, tap Tap) (*backend.Tensor, error) {
+// rows runs the rest of layer l for rows [c0, c1) of x: queries, attention
+// over keys 0..off+c1-1 (off stored prefix rows come first in k and v),
+// output projection, residual, MoE block, residual. With rc nil the rows
+// are the whole sequence and off is 0.
+func (m *Model) rows(l int, x, k, v *backend.Tensor, pos [][3]int, c0, c1, off int, rc backend.RowChunker, rope backend.RoPE, scale float32, tap Tap) (*backend.Tensor, error) {
 	c, b, ly := m.Config, m.b, &m.layers[l]
 	var live []*backend.Tensor
 	defer func() { b.Free(live...) }()
@@ -354,10 +413,10 @@ func (m *Model) rows(l int, x, k, v *backend.Tensor, pos [][3]int, c0, c1 int, r
 		if xc, err = step(rc.Rows(x, c0, c1)); err != nil { // [C, hidden]
 			return nil, err
 		}
-		if kc, err = step(rc.Rows(k, 0, c1)); err != nil { // [c1, kv_heads*head_dim]
+		if kc, err = step(rc.Rows(k, 0, off+c1)); err != nil { // [off+c1, kv_heads*head_dim]
 			return nil, err
 		}
-		if vc, err = step(rc.Rows(v, 0, c1)); err != nil { // [c1, kv_heads*head_dim]
+		if vc, err = step(rc.Rows(v, 0, off+c1)); err != nil { // [off+c1, kv_heads*head_dim]
 			return nil, err
 		}
 	}
