@@ -37,6 +37,9 @@ func (m *engineModel) Decide(ctx context.Context, req *api.Request) (*Decision, 
 	if st != nil {
 		d.InputTokens = st.InputTokens
 		d.Stages = []Stage{{"encode", st.Encode}, {"backbone", st.Backbone}, {"head", st.Head}}
+		if st.PrefixHit {
+			d.CachedTokens = st.CachedTokens
+		}
 	}
 	return d, nil
 }

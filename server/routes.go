@@ -333,6 +333,9 @@ func (s *Server) submit(parent context.Context, req *api.Request, ri *reqInfo) (
 	s.requests.Add(1)
 	s.metrics.decision(res.dec.InputTokens, res.run)
 	ri.attrs = append(ri.attrs, slog.Int("input_tokens", res.dec.InputTokens))
+	if res.dec.CachedTokens > 0 {
+		ri.attrs = append(ri.attrs, slog.Int("cached_prefix_tokens", res.dec.CachedTokens))
+	}
 	for _, st := range res.dec.Stages {
 		ri.attrs = append(ri.attrs, slog.Float64(st.Name+"_ms", ms(st.Dur)))
 	}

@@ -57,6 +57,8 @@ type Decision struct {
 	InputTokens int
 	// Stages are the engine's per-stage timings, for the log.
 	Stages []Stage
+	// CachedTokens counts the input tokens served from the prefix cache.
+	CachedTokens int
 }
 
 // Stage is one timed step of a decision.
