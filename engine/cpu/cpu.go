@@ -217,9 +217,12 @@ func (b *Backend) Add(x, y *backend.Tensor) (*backend.Tensor, error) {
 		return nil, fmt.Errorf("cpu: Add: shapes [%d %d] and [%d %d] differ", r, c, r2, c2)
 	}
 	out := make([]float32, len(xf))
-	for i := range out {
-		out[i] = xf[i] + yf[i]
-	}
+	b.parallel(len(out), 1<<15, func(lo, hi int) {
+		o, xs, ys := out[lo:hi], xf[lo:hi], yf[lo:hi]
+		for i := range o {
+			o[i] = xs[i] + ys[i]
+		}
+	})
 	return newAct(out, r, c), nil
 }
 
