@@ -3,14 +3,12 @@ module github.com/clefrt/clef
 go 1.26.0
 
 require (
+	github.com/ebitengine/purego v0.11.3
 	github.com/progrium/macdriver v0.4.0
 	github.com/spf13/cobra v1.10.2
+	github.com/spf13/pflag v1.0.9
+	golang.org/x/sys v0.50.0
+	golang.org/x/text v0.44.0
 )
 
-require (
-	github.com/ebitengine/purego v0.11.3 // indirect
-	github.com/inconshreveable/mousetrap v1.1.0 // indirect
-	github.com/spf13/pflag v1.0.9 // indirect
-	golang.org/x/sys v0.50.0 // indirect
-	golang.org/x/text v0.44.0 // indirect
-)
+require github.com/inconshreveable/mousetrap v1.1.0 // indirect
