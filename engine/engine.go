@@ -15,7 +15,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -26,7 +25,6 @@ import (
 	_ "github.com/clefrt/clef/engine/cpu" // the CPU backend is always available
 	"github.com/clefrt/clef/engine/model/qwen3moe"
 	"github.com/clefrt/clef/engine/model/schemahead"
-	"github.com/clefrt/clef/engine/pyjson"
 	"github.com/clefrt/clef/engine/record"
 	"github.com/clefrt/clef/engine/tokenizer"
 	"github.com/clefrt/clef/engine/weights"
@@ -309,14 +307,8 @@ func (e *Engine) decide(ctx context.Context, req *api.Request) (*decision, error
 			return nil, err
 		}
 	}
-	for _, m := range []struct {
-		field string
-		v     *pyjson.Value
-	}{{"images", req.Images}, {"audio", req.Audio}, {"videos", req.Videos}} {
-		if truthy(m.v) {
-			return nil, &api.Error{Status: http.StatusUnprocessableEntity, Code: api.CodeValidation, Field: m.field,
-				Message: m.field + ": media input is not supported yet by this runtime (text records only)"}
-		}
+	if err := req.RefuseMedia(); err != nil {
+		return nil, err
 	}
 	enc, err := record.Encode(e.tok, req, e.opts.MaxLength)
 	if err != nil {
@@ -414,23 +406,6 @@ func (e *Engine) prefixKey(ids []int) [32]byte {
 
 // truthy reports whether a media field holds anything, as Python's
 // `record.get(field) or []` sees it.
-func truthy(v *pyjson.Value) bool {
-	if v == nil {
-		return false
-	}
-	switch v.Kind {
-	case pyjson.Null:
-		return false
-	case pyjson.Array:
-		return len(v.Items) > 0
-	case pyjson.Object:
-		return len(v.Keys) > 0
-	case pyjson.String:
-		return v.Str != ""
-	}
-	return true
-}
-
 // IsRequestError reports whether err is a refusal of the request (an
 // *api.Error) rather than a failure of the runtime.
 func IsRequestError(err error) bool {

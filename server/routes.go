@@ -242,14 +242,8 @@ func (s *Server) parse(p protocol, body []byte) (req *api.Request, ignored []str
 	if err != nil {
 		return nil, nil, err
 	}
-	for _, m := range []struct {
-		field string
-		v     *pyjson.Value
-	}{{"images", req.Images}, {"audio", req.Audio}, {"videos", req.Videos}} {
-		if hasMedia(m.v) {
-			return nil, nil, &httpError{Status: http.StatusUnprocessableEntity, Code: api.CodeValidation, Field: m.field,
-				Message: m.field + ": media input is not supported yet by this runtime (text state only)"}
-		}
+	if err := req.RefuseMedia(); err != nil {
+		return nil, nil, err
 	}
 	return req, ignored, nil
 }
@@ -278,27 +272,6 @@ func checkWorkersAIModel(req *api.Request) error {
 			Message: `model: must be "clef-omni" to match the route @cf/cloudflare/clef-omni`}
 	}
 	return nil
-}
-
-// hasMedia reports whether a media field holds anything (Python's
-// `record.get(field) or []`).
-func hasMedia(v *pyjson.Value) bool {
-	if v == nil {
-		return false
-	}
-	switch v.Kind {
-	case pyjson.Null:
-		return false
-	case pyjson.Array:
-		return len(v.Items) > 0
-	case pyjson.Object:
-		return len(v.Keys) > 0
-	case pyjson.String:
-		return v.Str != ""
-	case pyjson.Bool:
-		return v.Bool
-	}
-	return true
 }
 
 // submit queues a validated request and waits for its decision, its

@@ -122,3 +122,20 @@ func FromValue(doc *pyjson.Value) *Request {
 	}
 	return r
 }
+
+// RefuseMedia returns a 422 naming the first media field the request carries
+// (images, audio, videos: anything Python's `record.get(field) or []` would
+// iterate), for runtimes that read text records only. Media are never
+// silently ignored.
+func (r *Request) RefuseMedia() error {
+	for _, m := range []struct {
+		field string
+		v     *pyjson.Value
+	}{{"images", r.Images}, {"audio", r.Audio}, {"videos", r.Videos}} {
+		if m.v.Truthy() {
+			return &Error{Status: http.StatusUnprocessableEntity, Code: CodeValidation, Field: m.field,
+				Message: m.field + ": media input is not supported yet by this runtime (text state only)"}
+		}
+	}
+	return nil
+}

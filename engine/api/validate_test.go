@@ -175,3 +175,27 @@ func TestCheckBodySize(t *testing.T) {
 		t.Errorf("err = %v, want 413/5021", err)
 	}
 }
+
+func TestRefuseMedia(t *testing.T) {
+	for body, want := range map[string]string{
+		`{"model":"m","state":1,"questions":{}}`:                             "",
+		`{"model":"m","state":1,"questions":{},"images":[],"audio":null}`:    "",
+		`{"model":"m","state":1,"questions":{},"videos":false,"images":""}`:  "",
+		`{"model":"m","state":1,"questions":{},"audio":["data:audio/wav;"]}`: "audio",
+		`{"model":"m","state":1,"questions":{},"images":{"a":1}}`:            "images",
+		`{"model":"m","state":1,"questions":{},"videos":1}`:                  "videos",
+	} {
+		r, err := ParseRequest([]byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = r.RefuseMedia()
+		var ae *Error
+		switch {
+		case want == "" && err != nil:
+			t.Errorf("%s: %v, want no error", body, err)
+		case want != "" && (!errors.As(err, &ae) || ae.Field != want || ae.Status != 422):
+			t.Errorf("%s: %v, want a 422 naming %s", body, err, want)
+		}
+	}
+}
