@@ -7,7 +7,7 @@ PKGS      := ./...
 # Packages whose kernels have an arm64 assembly path; run under qemu-user in `test-arm64`.
 ARM64_PKGS := ./quant/... ./engine/cpu/... ./engine/model/... ./engine/tokenizer/...
 
-.PHONY: all build demo test test-unit test-purego test-arm64 fuzz-smoke cross lint deps-check shader-test bench clean
+.PHONY: all build demo test test-unit test-purego test-arm64 test-emu no-emulator fuzz-smoke cross lint deps-check shader-test bench clean
 
 all: build
 
@@ -19,7 +19,7 @@ demo:
 	$(GO) run ./cmd/clef demo
 
 ## test: everything CI runs.
-test: lint cross test-unit test-purego test-arm64 shader-test fuzz-smoke
+test: lint cross no-emulator test-unit test-purego test-arm64 shader-test test-emu fuzz-smoke
 	@echo "make test: all green"
 
 test-unit:
@@ -32,6 +32,18 @@ test-arm64:
 	@command -v qemu-aarch64 >/dev/null || { echo "qemu-aarch64 missing (apt-get install qemu-user)"; exit 1; }
 	GOARCH=arm64 CGO_ENABLED=0 $(GO) test -count=1 -exec qemu-aarch64 $(ARM64_PKGS)
 
+## test-emu: the Metal backend over the emulated GPU (the mslemu build tag):
+## the conformance suite, the stacked-expert launches, selftest's checks, the
+## joint head's goldens on the emulated GPU.
+test-emu:
+	@command -v clang++-19 >/dev/null || { echo "clang++-19 missing (apt-get install clang-19)"; exit 1; }
+	$(GO) vet -tags mslemu ./metal/... ./cmd/... ./engine/model/schemahead/
+	$(GO) test -count=1 -tags mslemu ./metal/... ./engine/model/schemahead/
+
+## no-emulator: the darwin/arm64 binary links no MSL emulator (symbol table).
+no-emulator:
+	GO=$(GO) ./scripts/check-no-emulator.sh
+
 fuzz-smoke:
 	FUZZTIME=$(FUZZTIME) ./scripts/fuzz-smoke.sh
 
@@ -41,6 +53,7 @@ cross:
 	GOOS=darwin GOARCH=arm64 CGO_ENABLED=0 $(GO) vet ./...
 
 lint: deps-check
+	./scripts/layout-check.sh
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)

@@ -9,13 +9,13 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/clefrt/clef/engine/backend"
 	"github.com/clefrt/clef/engine/cpu/kernels"
 	"github.com/clefrt/clef/engine/weights"
+	"github.com/clefrt/clef/internal/chips"
 	"github.com/clefrt/clef/quant"
 )
 
@@ -380,7 +380,7 @@ func backendKernels(ctx context.Context, b backend.Backend, minTime time.Duratio
 	defer b.Free(q, k, v)
 	r := KernelResult{Name: fmt.Sprintf("attention/L=%d", aL), Backend: b.Name(), Type: "f32", Threads: b.Threads(), M: aL, N: aL, K: hd}
 	r.Iterations, r.Seconds, err = timeIt(minTime, func() error {
-		y, err := b.Attention(q, k, v, heads, kvHeads, float32(1/math.Sqrt(hd)))
+		y, err := b.Attention(q, k, v, backend.AttentionOptions{Heads: heads, KVHeads: kvHeads, Scale: float32(1 / math.Sqrt(hd)), Causal: true})
 		if err != nil {
 			return err
 		}
@@ -581,31 +581,14 @@ func (k *KernelReport) writeMarkdown(b *bytes.Buffer) {
 	b.WriteString("\n")
 }
 
-// chip is one Apple M-series entry of the roofline table (spec metal.md §5,
-// top GPU bin): memory bandwidth and float32 FMA peak.
-type chip struct {
-	name   string
-	gbps   float64
-	tflops float64
-}
-
-// chips are ordered so that longer names match first ("M2 Max" before "M2").
-var chips = []chip{
-	{"M1 Ultra", 800, 21.2}, {"M1 Max", 400, 10.6}, {"M1 Pro", 200, 5.3}, {"M1", 68.25, 2.6},
-	{"M2 Ultra", 800, 27.2}, {"M2 Max", 400, 13.6}, {"M2 Pro", 200, 6.8}, {"M2", 100, 3.6},
-	{"M3 Ultra", 819, 28}, {"M3 Max", 400, 14.3}, {"M3 Pro", 150, 6.4}, {"M3", 100, 3.6},
-	{"M4 Max", 546, 17}, {"M4 Pro", 273, 8}, {"M4", 120, 3.8},
-	{"M5 Max", 614, 17}, {"M5", 153, 4},
-}
-
-// ChipPeaks looks a device name ("Apple M2 Max") up in the chip table.
+// ChipPeaks looks a device name ("Apple M2 Max") up in the chip table
+// (internal/chips).
 func ChipPeaks(device string) (Peaks, bool) {
-	for _, c := range chips {
-		if strings.Contains(device, c.name) {
-			return Peaks{Backend: "metal", Source: "chip table: " + c.name, Threads: 1, BytesPerSecond: c.gbps * 1e9, FLOPsPerSecond: c.tflops * 1e12}, true
-		}
+	c, ok := chips.Of(device)
+	if !ok {
+		return Peaks{}, false
 	}
-	return Peaks{}, false
+	return Peaks{Backend: "metal", Source: "chip table: " + c.Name, Threads: 1, BytesPerSecond: c.GBs * 1e9, FLOPsPerSecond: c.TFLOPs * 1e12}, true
 }
 
 // chipPeaks returns the chip-table peaks of a GPU backend that names its

@@ -110,7 +110,7 @@ type Percentiles struct {
 type StagesMS struct {
 	Tokenize float64 `json:"tokenize"`
 	Encode   float64 `json:"encode"`
-	Backbone float64 `json:"backbone"`
+	Thinker  float64 `json:"thinker"` // the thinker forward
 	Head     float64 `json:"head"`
 }
 

@@ -2,19 +2,21 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/clefrt/clef/engine"
 	"github.com/clefrt/clef/engine/record"
+	"github.com/clefrt/clef/engine/release"
+	"github.com/clefrt/clef/quant"
 )
 
 // ModelSpec names one model file of a run.
@@ -213,7 +215,7 @@ func measure(ctx context.Context, cfg Config, r Runner, mr *ModelReport, scenari
 				lat = append(lat, res.Latency)
 				st.Tokenize += res.Stages.Tokenize
 				st.Encode += res.Stages.Encode
-				st.Backbone += res.Stages.Backbone
+				st.Thinker += res.Stages.Thinker
 				st.Head += res.Stages.Head
 				tokens += rec.InputTokens
 			}
@@ -229,9 +231,9 @@ func measure(ctx context.Context, cfg Config, r Runner, mr *ModelReport, scenari
 			sr.TokensPerSecond = float64(tokens) / total.Seconds()
 		}
 		if inProcess {
-			sr.Stages = &StagesMS{Tokenize: ms(st.Tokenize / n), Encode: ms(st.Encode / n), Backbone: ms(st.Backbone / n), Head: ms(st.Head / n)}
-			if st.Backbone > 0 {
-				sr.PrefillTokensPerSecond = float64(tokens) / st.Backbone.Seconds()
+			sr.Stages = &StagesMS{Tokenize: ms(st.Tokenize / n), Encode: ms(st.Encode / n), Thinker: ms(st.Thinker / n), Head: ms(st.Head / n)}
+			if st.Thinker > 0 {
+				sr.PrefillTokensPerSecond = float64(tokens) / st.Thinker.Seconds()
 			}
 			sr.PeakRSSBytes = PeakRSS()
 			mr.PeakRSSBytes = max(mr.PeakRSSBytes, sr.PeakRSSBytes)
@@ -342,8 +344,9 @@ func PrecisionRank(quant string) int {
 }
 
 // QuantName says which quantization a model path holds: a known name in
-// the file name (q4_k_m, bf16, ...), else for a directory its config.json
-// (MLX "quantization" bits, or torch_dtype); "unknown" otherwise.
+// the file name (q4_k_m, bf16, ...), else for a model directory the storage
+// type of its decoder's weights (MLX bits, or the float type); "unknown"
+// otherwise.
 func QuantName(path string) string {
 	base := strings.ToLower(filepath.Base(strings.TrimRight(path, `/\`)))
 	names := make([]string, len(precision))
@@ -361,33 +364,32 @@ func QuantName(path string) string {
 	if err != nil || !st.IsDir() {
 		return "unknown"
 	}
-	data, err := os.ReadFile(filepath.Join(path, "config.json"))
+	r, err := release.Open(path)
 	if err != nil {
 		return "unknown"
 	}
-	var cfg struct {
-		Quantization *struct {
-			Bits int `json:"bits"`
-		} `json:"quantization"`
-		TorchDtype string `json:"torch_dtype"`
-		Thinker    struct {
-			TextConfig struct {
-				TorchDtype string `json:"torch_dtype"`
-			} `json:"text_config"`
-		} `json:"thinker_config"`
-	}
-	if json.Unmarshal(data, &cfg) != nil {
+	defer r.Close()
+	// The attention projections are stored at the model's precision (a
+	// quantized checkpoint may keep norms, the router or the lm_head wider).
+	rows := release.DecoderTensors(r.Config.Thinker.Text)
+	i := slices.IndexFunc(rows, func(t release.Tensor) bool { return t.Role == release.RoleAttnQ })
+	if i < 0 {
 		return "unknown"
 	}
-	if cfg.Quantization != nil && cfg.Quantization.Bits > 0 {
-		return fmt.Sprintf("mlx-%dbit", cfg.Quantization.Bits)
+	w, _, err := release.Lookup(r.Weights, rows[i])
+	if err != nil {
+		return "unknown"
 	}
-	switch cfg.TorchDtype {
-	case "bfloat16":
+	switch w.Type {
+	case quant.MLXAffine4:
+		return "mlx-4bit"
+	case quant.MLXAffine8:
+		return "mlx-8bit"
+	case quant.BF16:
 		return "bf16"
-	case "float16":
+	case quant.F16:
 		return "f16"
-	case "float32":
+	case quant.F32:
 		return "f32"
 	}
 	return "unknown"
@@ -402,7 +404,7 @@ func ModelBytes(path string) int64 {
 	}
 	if !st.IsDir() {
 		n := st.Size()
-		if c, err := os.Stat(strings.TrimSuffix(path, ".gguf") + ".head.gguf"); err == nil && strings.HasSuffix(path, ".gguf") {
+		if c, err := os.Stat(release.CompanionPath(path)); err == nil && strings.HasSuffix(path, release.GGUFExt) && !strings.HasSuffix(path, release.CompanionExt) {
 			n += c.Size()
 		}
 		return n
@@ -413,7 +415,7 @@ func ModelBytes(path string) int64 {
 	}
 	var n int64
 	for _, e := range entries {
-		if strings.HasSuffix(e.Name(), ".safetensors") || strings.HasSuffix(e.Name(), ".gguf") {
+		if strings.HasSuffix(e.Name(), ".safetensors") || strings.HasSuffix(e.Name(), release.GGUFExt) {
 			if info, err := e.Info(); err == nil {
 				n += info.Size()
 			}

@@ -72,7 +72,7 @@ func TestRunInProcessAgreement(t *testing.T) {
 		}
 		for _, s := range m.Scenarios {
 			if s.Runs != 2 || len(s.LatenciesMS) != 2 || s.Latency.P50 <= 0 || s.Latency.P50 > s.Latency.P99 || s.TokensPerSecond <= 0 ||
-				s.Stages == nil || s.Stages.Backbone <= 0 || s.PrefillTokensPerSecond <= 0 {
+				s.Stages == nil || s.Stages.Thinker <= 0 || s.PrefillTokensPerSecond <= 0 {
 				t.Errorf("%s %s: %+v", m.Name, s.Scenario, s)
 			}
 		}
@@ -229,7 +229,7 @@ var documentedFields = []string{
 	"max_length", "threads", "reference", "scenarios", "name", "source", "state_label", "state_tokens", "input_tokens",
 	"questions", "options", "records", "question_types", "models", "path", "quant", "file_bytes", "backend",
 	"load_seconds", "peak_rss_bytes", "scenario", "runs", "latency_ms", "p50", "p95", "p99", "mean", "min", "max",
-	"latencies_ms", "tokens_per_second", "prefill_tokens_per_second", "stages_ms", "tokenize", "encode", "backbone",
+	"latencies_ms", "tokens_per_second", "prefill_tokens_per_second", "stages_ms", "tokenize", "encode", "thinker",
 	"head", "agreement", "all", "noul", "choice", "top1_agreement", "mean_total_variation", "max_abs_dp", "mean_kl",
 }
 

@@ -18,10 +18,10 @@ import (
 // Stages are the time of one decision per stage. Tokenize is the record
 // encoder run alone on the request (tokenizing every piece of the record);
 // Encode is the engine's own validation, tokenization and encoding;
-// Backbone the thinker forward; Head the joint schema head and softmax.
+// Thinker the thinker forward; Head the joint schema head and softmax.
 // Over HTTP only the total is known.
 type Stages struct {
-	Tokenize, Encode, Backbone, Head time.Duration
+	Tokenize, Encode, Thinker, Head time.Duration
 }
 
 // Result is one decision as a runner saw it.
@@ -61,7 +61,7 @@ func (p *InProcess) Decide(ctx context.Context, r *Record) (*Result, error) {
 		return nil, err
 	}
 	res := &Result{Latency: time.Since(start), InputTokens: st.InputTokens,
-		Stages: Stages{Tokenize: tokenize, Encode: st.Encode, Backbone: st.Backbone, Head: st.Head}}
+		Stages: Stages{Tokenize: tokenize, Encode: st.Encode, Thinker: st.Thinker, Head: st.Head}}
 	res.Probs = ResponseProbs(resp)
 	return res, nil
 }

@@ -12,10 +12,11 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
-	"github.com/clefrt/clef/engine/model/schemahead"
+	"github.com/clefrt/clef/engine/release"
 	"github.com/clefrt/clef/engine/tinymodel"
 	"github.com/clefrt/clef/quant"
 )
@@ -26,7 +27,7 @@ import (
 type SynthConfig struct {
 	Layers, Hidden, Heads, KVHeads, HeadDim int
 	Experts, TopK, ExpertFFN, Vocab         int
-	Head                                    schemahead.Config
+	Head                                    release.Head
 	Seed                                    uint64
 	// Tokenizer is a tokenizer.json to copy in; "" uses the embedded tiny
 	// model's (512 tokens: records then touch only those embedding rows).
@@ -39,7 +40,22 @@ type SynthConfig struct {
 // routing and 4 decoder layers: the omni head's exact size is not public).
 func RealShape(layers int) SynthConfig {
 	return SynthConfig{Layers: layers, Hidden: 2048, Heads: 32, KVHeads: 4, HeadDim: 128, Experts: 128, TopK: 8, ExpertFFN: 768, Vocab: 151936,
-		Head: schemahead.Config{HiddenSize: 2048, Width: 1024, RoutingLayers: 2, Layers: 4, Heads: 16, Feedforward: 4096}, Seed: 1}
+		Head: release.Head{HiddenSize: 2048, Width: 1024, RoutingLayers: 2, Layers: 4, Heads: 16, Feedforward: 4096}, Seed: 1}
+}
+
+// text is the decoder configuration the synthetic config.json describes:
+// the tiny release's text_config with these shapes, a dense size of four
+// expert sizes, and M-RoPE sections splitting head_dim/2 frequencies as the
+// real model does (24, 20, 20 of 64).
+func (c SynthConfig) text() release.Text {
+	half := c.HeadDim / 2
+	s1 := half * 20 / 64
+	return release.Text{
+		Hidden: c.Hidden, Layers: c.Layers, Heads: c.Heads, KVHeads: c.KVHeads, HeadDim: c.HeadDim,
+		Experts: c.Experts, TopK: c.TopK, ExpertFFN: c.ExpertFFN, Intermediate: 4 * c.ExpertFFN, Vocab: c.Vocab,
+		MaxPositions: 65536, NormEps: 1e-6, RopeTheta: 1e6, NormTopK: true,
+		MRoPESections: [3]int{half - 2*s1, s1, s1}, MRoPEInterleaved: true,
+	}
 }
 
 // synthTensor is one tensor to generate.
@@ -67,104 +83,85 @@ func (t synthTensor) bytes() int64 {
 	return 4 * int64(t.elems())
 }
 
-// thinkerTensors lists the text backbone in bf16, as the release stores it.
-func (c SynthConfig) thinkerTensors() []synthTensor {
-	u := func(fanIn int) float32 { return float32(math.Sqrt(3 / float64(fanIn))) } // unit variance per output
-	var ts []synthTensor
-	add := func(name string, fill string, scale float32, shape ...int) {
-		ts = append(ts, synthTensor{name: name, typ: quant.BF16, shape: shape, fill: fill, scale: scale})
+// unit is the uniform range that gives a linear map of fanIn inputs unit
+// variance per output.
+func unit(fanIn int) float32 { return float32(math.Sqrt(3 / float64(fanIn))) }
+
+// decoderFill is how a decoder tensor is filled: norms with ones, the
+// embedding in ±0.035, every projection with unit variance per output.
+func decoderFill(r release.Tensor) (fill string, scale float32) {
+	switch r.Role {
+	case release.RoleNorm:
+		return "one", 0
+	case release.RoleEmbed:
+		return "rand", 0.035
 	}
-	p := "thinker.model."
-	add(p+"embed_tokens.weight", "rand", 0.035, c.Vocab, c.Hidden) // [vocab, hidden]
-	q, kv := c.Heads*c.HeadDim, c.KVHeads*c.HeadDim
-	for l := 0; l < c.Layers; l++ {
-		lp := fmt.Sprintf("%slayers.%d.", p, l)
-		add(lp+"input_layernorm.weight", "one", 0, c.Hidden)                 // [hidden]
-		add(lp+"self_attn.q_proj.weight", "rand", u(c.Hidden), q, c.Hidden)  // [heads*head_dim, hidden]
-		add(lp+"self_attn.k_proj.weight", "rand", u(c.Hidden), kv, c.Hidden) // [kv_heads*head_dim, hidden]
-		add(lp+"self_attn.v_proj.weight", "rand", u(c.Hidden), kv, c.Hidden) // [kv_heads*head_dim, hidden]
-		add(lp+"self_attn.o_proj.weight", "rand", u(q), c.Hidden, q)         // [hidden, heads*head_dim]
-		add(lp+"self_attn.q_norm.weight", "one", 0, c.HeadDim)               // [head_dim]
-		add(lp+"self_attn.k_norm.weight", "one", 0, c.HeadDim)               // [head_dim]
-		add(lp+"post_attention_layernorm.weight", "one", 0, c.Hidden)        // [hidden]
-		add(lp+"mlp.gate.weight", "rand", u(c.Hidden), c.Experts, c.Hidden)  // [experts, hidden]
-		for e := 0; e < c.Experts; e++ {
-			ep := fmt.Sprintf("%smlp.experts.%d.", lp, e)
-			add(ep+"gate_proj.weight", "rand", u(c.Hidden), c.ExpertFFN, c.Hidden)    // [expert_ffn, hidden]
-			add(ep+"up_proj.weight", "rand", u(c.Hidden), c.ExpertFFN, c.Hidden)      // [expert_ffn, hidden]
-			add(ep+"down_proj.weight", "rand", u(c.ExpertFFN), c.Hidden, c.ExpertFFN) // [hidden, expert_ffn]
+	return "rand", unit(r.Shape[len(r.Shape)-1])
+}
+
+// thinkerTensors lists the text decoder's table in bf16, as the release
+// stores it: the experts one by one.
+func (c SynthConfig) thinkerTensors() []synthTensor {
+	var ts []synthTensor
+	for _, r := range release.DecoderTensors(c.text()) {
+		fill, scale := decoderFill(r)
+		if !r.Stacked() {
+			ts = append(ts, synthTensor{name: r.Name, typ: quant.BF16, shape: r.Shape, fill: fill, scale: scale})
+			continue
+		}
+		for e := 0; e < r.Shape[0]; e++ {
+			ts = append(ts, synthTensor{name: r.ExpertName(e), typ: quant.BF16, shape: r.Shape[1:], fill: fill, scale: scale})
 		}
 	}
-	add(p+"norm.weight", "one", 0, c.Hidden)                              // [hidden]
-	add("thinker.lm_head.weight", "rand", u(c.Hidden), c.Vocab, c.Hidden) // [vocab, hidden]
 	return ts
 }
 
-// headTensors lists the joint head in float32 (torch state-dict names).
+// headConstants are the values of the head's scalar parameters.
+var headConstants = map[string]float32{"prior_logit_scale": 1, "joint_logit_scale": 1, "residual_gate": 0.5}
+
+// headTensors lists the joint head's table in float32: norms with weight
+// one and bias zero, linear maps with unit variance per output and zero
+// bias, the type embedding in ±0.5, the scalars at headConstants.
 func (c SynthConfig) headTensors() []synthTensor {
-	h := c.Head
-	hs, w, ff := h.HiddenSize, h.Width, h.Feedforward
 	var ts []synthTensor
-	add := func(name, fill string, scale float32, shape ...int) {
-		ts = append(ts, synthTensor{name: name, typ: quant.F32, shape: shape, fill: fill, scale: scale})
-	}
-	u := func(fanIn int) float32 { return float32(math.Sqrt(3 / float64(fanIn))) }
-	norm := func(p string, n int) {
-		add(p+".weight", "one", 0, n) // [n]
-		add(p+".bias", "zero", 0, n)  // [n]
-	}
-	linear := func(p string, out, in int, bias bool) {
-		add(p+".weight", "rand", u(in), out, in) // [out, in]
-		if bias {
-			add(p+".bias", "zero", 0, out) // [out]
+	for _, r := range release.HeadTensors(c.Head) {
+		t := synthTensor{name: r.Name, typ: quant.F32, shape: r.Shape}
+		switch {
+		case len(r.Shape) == 0:
+			t.fill, t.scale = "const", headConstants[r.Name]
+		case r.Name == "type_embedding.weight":
+			t.fill, t.scale = "rand", 0.5
+		case len(r.Shape) == 1 && strings.HasSuffix(r.Name, "bias"):
+			t.fill = "zero"
+		case len(r.Shape) == 1:
+			t.fill = "one"
+		default:
+			t.fill, t.scale = "rand", unit(r.Shape[len(r.Shape)-1])
 		}
+		ts = append(ts, t)
 	}
-	attention := func(p string) {
-		add(p+".in_proj_weight", "rand", u(w), 3*w, w) // [3*width, width]
-		add(p+".in_proj_bias", "zero", 0, 3*w)         // [3*width]
-		linear(p+".out_proj", w, w, true)
-	}
-	norm("hidden_norm", hs)
-	for _, n := range []string{"memory_projection", "question_projection", "option_question_projection", "global_projection", "option_context_projection", "option_lexical_projection"} {
-		linear(n, w, hs, false)
-	}
-	add("type_embedding.weight", "rand", 0.5, 3, w) // [3, width]
-	for i := 0; i < h.RoutingLayers; i++ {
-		p := fmt.Sprintf("evidence_layers.%d.", i)
-		norm(p+"query_norm", w)
-		norm(p+"memory_norm", w)
-		attention(p + "attention")
-		norm(p+"feedforward_norm", w)
-		linear(p+"feedforward.0", ff, w, true)
-		linear(p+"feedforward.3", w, ff, true)
-	}
-	norm("option_summary_norm", w)
-	for i := 0; i < h.Layers; i++ {
-		p := fmt.Sprintf("layers.%d.", i)
-		attention(p + "self_attn")
-		attention(p + "multihead_attn")
-		linear(p+"linear1", ff, w, true)
-		linear(p+"linear2", w, ff, true)
-		norm(p+"norm1", w)
-		norm(p+"norm2", w)
-		norm(p+"norm3", w)
-	}
-	norm("field_norm", w)
-	norm("option_norm", w)
-	linear("residual_scorer.0", w, 4*w, true)
-	linear("residual_scorer.3", 1, w, true)
-	add("prior_logit_scale", "const", 1) // [] (scalar)
-	add("joint_logit_scale", "const", 1) // [] (scalar)
-	add("residual_gate", "const", 0.5)   // [] (scalar)
 	return ts
 }
 
 // SynthBytes is the size of the weights WriteSynthetic writes (computed
-// from the shapes, without listing the tensors; saturates at MaxInt64).
+// from the tables' shapes for one layer, without listing every layer's
+// tensors; saturates at MaxInt64).
 func (c SynthConfig) SynthBytes() int64 {
-	h, q, kv := float64(c.Hidden), float64(c.Heads*c.HeadDim), float64(c.KVHeads*c.HeadDim)
-	layer := 2*h + q*h + 2*kv*h + h*q + 2*float64(c.HeadDim) + float64(c.Experts)*h + float64(c.Experts)*3*float64(c.ExpertFFN)*h
-	n := 2 * (2*float64(c.Vocab)*h + h + float64(c.Layers)*layer) // bf16
+	one := c.text()
+	one.Layers = 1
+	var global, layer float64
+	for _, r := range release.DecoderTensors(one) {
+		n := 1.0
+		for _, d := range r.Shape {
+			n *= float64(d)
+		}
+		if r.Layer < 0 {
+			global += n
+		} else {
+			layer += n
+		}
+	}
+	n := 2 * (global + float64(c.Layers)*layer) // bf16
 	if c.Head.Validate() == nil {
 		for _, t := range c.headTensors() {
 			n += float64(t.bytes())
@@ -189,12 +186,11 @@ func (c SynthConfig) check() error {
 			return fmt.Errorf("bench: synthetic model: %s = %d, want 1..%d", d.name, d.v, 1<<20)
 		}
 	}
-	if c.Heads%c.KVHeads != 0 || c.TopK > c.Experts || c.HeadDim%2 != 0 {
-		return fmt.Errorf("bench: synthetic model: heads %d / kv heads %d, top-k %d of %d experts, head dim %d do not fit together",
-			c.Heads, c.KVHeads, c.TopK, c.Experts, c.HeadDim)
+	if err := c.text().Validate(); err != nil {
+		return fmt.Errorf("bench: synthetic model: %w", err)
 	}
 	if c.Head.HiddenSize != c.Hidden {
-		return fmt.Errorf("bench: synthetic model: head hidden size %d is not the backbone's %d", c.Head.HiddenSize, c.Hidden)
+		return fmt.Errorf("bench: synthetic model: head hidden size %d is not the decoder's %d", c.Head.HiddenSize, c.Hidden)
 	}
 	if err := c.Head.Validate(); err != nil {
 		return fmt.Errorf("bench: synthetic model: %w", err)
@@ -221,38 +217,38 @@ func WriteSynthetic(dir string, c SynthConfig, log io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "config.json"), cfg, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, release.ConfigFile), cfg, 0o644); err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
 	hc, _ := json.MarshalIndent(c.Head, "", "  ")
-	if err := os.WriteFile(filepath.Join(dir, schemahead.ConfigFile), append(hc, '\n'), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, release.HeadConfigFile), append(hc, '\n'), 0o644); err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
 	tiny := tinymodel.FS()
-	tokJSON, err := fs.ReadFile(tiny, "tokenizer.json")
+	tokJSON, err := fs.ReadFile(tiny, release.TokenizerFile)
 	if c.Tokenizer != "" {
 		tokJSON, err = os.ReadFile(c.Tokenizer)
 	}
 	if err != nil {
 		return fmt.Errorf("bench: tokenizer: %w", err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "tokenizer.json"), tokJSON, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, release.TokenizerFile), tokJSON, 0o644); err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
 	if c.Tokenizer == "" {
-		tc, err := fs.ReadFile(tiny, "tokenizer_config.json")
+		tc, err := fs.ReadFile(tiny, release.TokenizerConfigFile)
 		if err == nil {
-			err = os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), tc, 0o644)
+			err = os.WriteFile(filepath.Join(dir, release.TokenizerConfigFile), tc, 0o644)
 		}
 		if err != nil {
 			return fmt.Errorf("bench: %w", err)
 		}
 	}
 	start := time.Now()
-	if err := writeSafetensors(filepath.Join(dir, schemahead.WeightsFile), c.headTensors(), c.Seed^0x4ead, nil); err != nil {
+	if err := writeSafetensors(filepath.Join(dir, release.HeadWeightsFile), c.headTensors(), c.Seed^0x4ead, nil); err != nil {
 		return err
 	}
-	if err := writeSafetensors(filepath.Join(dir, "model.safetensors"), c.thinkerTensors(), c.Seed, log); err != nil {
+	if err := writeSafetensors(filepath.Join(dir, release.SingleFile), c.thinkerTensors(), c.Seed, log); err != nil {
 		return err
 	}
 	if log != nil {
@@ -262,37 +258,36 @@ func WriteSynthetic(dir string, c SynthConfig, log io.Writer) error {
 }
 
 // synthConfigJSON is the tiny release's config.json with the text
-// backbone's shapes replaced and bf16 as the dtype.
+// decoder's configuration (text) in place of the tiny one's and bf16 as the
+// dtype.
 func synthConfigJSON(c SynthConfig) ([]byte, error) {
-	raw, err := fs.ReadFile(tinymodel.FS(), "config.json")
+	raw, err := fs.ReadFile(tinymodel.FS(), release.ConfigFile)
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
 	var cfg map[string]any
 	if err := json.Unmarshal(raw, &cfg); err != nil {
-		return nil, fmt.Errorf("bench: tiny config.json: %w", err)
+		return nil, fmt.Errorf("bench: tiny %s: %w", release.ConfigFile, err)
 	}
 	thinker, _ := cfg["thinker_config"].(map[string]any)
 	if thinker == nil {
-		return nil, fmt.Errorf("bench: tiny config.json has no thinker_config")
+		return nil, fmt.Errorf("bench: tiny %s has no thinker_config", release.ConfigFile)
 	}
 	text, _ := thinker["text_config"].(map[string]any)
 	if text == nil {
-		return nil, fmt.Errorf("bench: tiny config.json has no text_config")
+		return nil, fmt.Errorf("bench: tiny %s has no text_config", release.ConfigFile)
 	}
+	t := c.text()
 	set := map[string]any{
-		"hidden_size": c.Hidden, "num_hidden_layers": c.Layers, "num_attention_heads": c.Heads, "num_key_value_heads": c.KVHeads,
-		"head_dim": c.HeadDim, "num_experts": c.Experts, "num_experts_per_tok": c.TopK, "moe_intermediate_size": c.ExpertFFN,
-		"intermediate_size": 4 * c.ExpertFFN, "vocab_size": c.Vocab,
+		"hidden_size": t.Hidden, "num_hidden_layers": t.Layers, "num_attention_heads": t.Heads, "num_key_value_heads": t.KVHeads,
+		"head_dim": t.HeadDim, "num_experts": t.Experts, "num_experts_per_tok": t.TopK, "moe_intermediate_size": t.ExpertFFN,
+		"intermediate_size": t.Intermediate, "vocab_size": t.Vocab,
 	}
 	for k, v := range set {
 		text[k] = v
 	}
-	// M-RoPE sections split head_dim/2 frequencies as the real model does
-	// (24, 20, 20 of 64).
-	half := c.HeadDim / 2
-	s1 := half * 20 / 64
-	text["rope_scaling"] = map[string]any{"interleaved": true, "mrope_interleaved": true, "mrope_section": []int{half - 2*s1, s1, s1}, "rope_type": "default", "type": "default"}
+	text["rope_scaling"] = map[string]any{"interleaved": t.MRoPEInterleaved, "mrope_interleaved": t.MRoPEInterleaved,
+		"mrope_section": t.MRoPESections[:], "rope_type": "default", "type": "default"}
 	cfg["torch_dtype"] = "bfloat16"
 	return json.MarshalIndent(cfg, "", "  ")
 }

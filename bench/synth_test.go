@@ -10,7 +10,7 @@ import (
 
 	"github.com/clefrt/clef/engine"
 	"github.com/clefrt/clef/engine/convert"
-	"github.com/clefrt/clef/engine/model/schemahead"
+	"github.com/clefrt/clef/engine/release"
 	"github.com/clefrt/clef/engine/weights"
 	"github.com/clefrt/clef/quant"
 )
@@ -19,7 +19,7 @@ import (
 // of 256 so that q8_0 and the K-quants apply without fallbacks.
 func smallSynth() SynthConfig {
 	return SynthConfig{Layers: 2, Hidden: 256, Heads: 4, KVHeads: 2, HeadDim: 32, Experts: 4, TopK: 2, ExpertFFN: 256, Vocab: 640,
-		Head: schemahead.Config{HiddenSize: 256, Width: 32, RoutingLayers: 1, Layers: 1, Heads: 4, Feedforward: 64}, Seed: 5}
+		Head: release.Head{HiddenSize: 256, Width: 32, RoutingLayers: 1, Layers: 1, Heads: 4, Feedforward: 64}, Seed: 5}
 }
 
 func TestRealShapeSize(t *testing.T) {
@@ -111,6 +111,32 @@ func TestSyntheticModelRunsAndQuantizes(t *testing.T) {
 		t.Errorf("norm weights %v", nv[:4])
 	}
 	m.Close()
+
+	// It is a release: its configuration is the one the tensors were made
+	// for, and every row of the decoder's and the head's tables is there.
+	r, err := release.Open(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Config.Thinker.Text != c.text() || r.Config.Head == nil || *r.Config.Head != c.Head {
+		t.Errorf("config %+v, head %+v; want %+v", r.Config.Thinker.Text, r.Config.Head, c.text())
+	}
+	var rows int
+	for _, row := range append(release.DecoderTensors(r.Config.Thinker.Text), release.HeadTensors(*r.Config.Head)...) {
+		if _, _, err := release.Lookup(r.Weights, row); err != nil {
+			t.Error(err)
+		}
+		rows++
+	}
+	if n := len(r.Weights.Names()); n != len(c.thinkerTensors())+len(c.headTensors()) || rows != 3+12*c.Layers+len(c.headTensors()) {
+		t.Errorf("%d stored tensors, %d rows", n, rows)
+	}
+	if gate, _ := r.Weights.Tensor("residual_gate"); gate == nil {
+		t.Error("no residual_gate")
+	} else if v, _ := weights.Float32(gate); len(v) != 1 || v[0] != 0.5 {
+		t.Errorf("residual_gate %v", v)
+	}
+	r.Close()
 
 	q8 := filepath.Join(dir, "model-q8_0.gguf")
 	ft, _ := convert.ParseFileType("q8_0")

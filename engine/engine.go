@@ -17,15 +17,16 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/clefrt/clef/engine/api"
 	"github.com/clefrt/clef/engine/backend"
-	_ "github.com/clefrt/clef/engine/cpu" // the CPU backend is always available
 	"github.com/clefrt/clef/engine/model/qwen3moe"
 	"github.com/clefrt/clef/engine/model/schemahead"
 	"github.com/clefrt/clef/engine/record"
+	"github.com/clefrt/clef/engine/release"
 	"github.com/clefrt/clef/engine/tokenizer"
 	"github.com/clefrt/clef/engine/weights"
 )
@@ -54,22 +55,29 @@ type Options struct {
 	PrefixCache PrefixStore
 }
 
-// PrefixStore is a cache of prefixes keyed by a content hash; values are
-// *qwen3moe.Prefix and size is what they hold in bytes. It must be safe for
-// concurrent use; values it returns are only read. A store may also have
-// Enabled() bool (false: not used) and MaxBytes() int64 (a prefix larger
-// than that is neither looked up nor kept back from the backend).
+// Prefix is the thinker's stored state of a record's prefix (keys and
+// values of every layer, final hidden rows).
+type Prefix = qwen3moe.Prefix
+
+// PrefixStore is a cache of prefixes keyed by a content hash, size in bytes
+// (Prefix.Bytes). It must be safe for concurrent use; prefixes it returns
+// are only read. *server.PrefixCache implements it.
 type PrefixStore interface {
-	Get(key [32]byte) (any, bool)
-	Put(key [32]byte, val any, size int64) bool
+	Get(key [32]byte) (*Prefix, bool)
+	Put(key [32]byte, val *Prefix, size int64) bool
+	// Enabled reports whether the store may hold anything (false: unused).
+	Enabled() bool
+	// MaxBytes is the largest prefix worth building: a larger one is
+	// neither looked up nor kept back from the backend.
+	MaxBytes() int64
 }
 
 // Stats describes one Decide call.
 type Stats struct {
-	Encode   time.Duration // validation, tokenization and record encoding
-	Backbone time.Duration // the thinker forward
-	Head     time.Duration // the joint schema head and softmax
-	Total    time.Duration
+	Encode  time.Duration // validation, tokenization and record encoding
+	Thinker time.Duration // the thinker forward (today the text decoder)
+	Head    time.Duration // the joint schema head and softmax
+	Total   time.Duration
 	// InputTokens is the record's length (usage.input_tokens).
 	InputTokens int
 	// StateTokens is how many state tokens were kept; StateTruncated whether
@@ -89,7 +97,7 @@ type Engine struct {
 	backend backend.Backend
 	weights weights.Model
 	tok     *tokenizer.Tokenizer
-	thinker *qwen3moe.Model
+	decoder *qwen3moe.Model
 	head    *schemahead.Head
 	lex     schemahead.Lexicon
 	mu      sync.Mutex
@@ -97,22 +105,12 @@ type Engine struct {
 	// count of the record prefix (record.Prefix) before the media and state.
 	ident     string
 	prefixLen int
-	// headOnBackend tells whether the head's large products run on the
-	// backend (schemahead.Head.Bind succeeded).
-	headOnBackend bool
 }
-
-// Release-directory files the engine needs besides the weight shards.
-const (
-	configFile    = "config.json"
-	tokenizerFile = "tokenizer.json"
-	lmHeadName    = "thinker.lm_head.weight"
-)
 
 // Open loads the model at path: a release directory (config.json, the
 // sharded safetensors and their index, joint_head.safetensors,
 // joint_head_config.json, tokenizer.json) or a GGUF file from clef quantize
-// with its companions.
+// with its companion (see release.Open).
 func Open(path string, opts Options) (*Engine, error) {
 	if opts.MaxLength < 0 {
 		return nil, fmt.Errorf("engine: max length must be positive, got %d", opts.MaxLength)
@@ -124,46 +122,35 @@ func Open(path string, opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("engine: model: %w", err)
 	}
-	if !st.IsDir() {
-		e, err := openGGUF(path, opts)
-		if err != nil {
-			return nil, err
+	if st.IsDir() {
+		for _, f := range []string{release.ConfigFile, release.HeadConfigFile, release.HeadWeightsFile, release.TokenizerFile} {
+			if _, err := os.Stat(filepath.Join(path, f)); err != nil {
+				return nil, fmt.Errorf("engine: %s is not a Clef-Omni release: %s is missing", path, f)
+			}
 		}
-		e.identify(path)
-		return e, nil
-	}
-	for _, f := range []string{configFile, schemahead.ConfigFile, schemahead.WeightsFile, tokenizerFile} {
-		if _, err := os.Stat(filepath.Join(path, f)); err != nil {
-			return nil, fmt.Errorf("engine: %s is not a Clef-Omni release: %s is missing", path, f)
+	} else if strings.HasSuffix(path, release.GGUFExt) && !strings.HasSuffix(path, release.CompanionExt) {
+		if c := release.CompanionPath(path); !fileExists(c) {
+			return nil, fmt.Errorf("engine: %s has no companion %s (written by clef quantize next to it; it holds the joint head)", path, c)
 		}
+	} else if !strings.HasSuffix(path, release.CompanionExt) {
+		return nil, fmt.Errorf("engine: %s: want a release directory or a .gguf file from clef quantize", path)
 	}
-	cfgData, err := os.ReadFile(filepath.Join(path, configFile))
+	r, err := release.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
-	tcfg, err := qwen3moe.ParseConfig(cfgData)
+	e, err := assemble(r, opts)
 	if err != nil {
-		return nil, fmt.Errorf("engine: %s: %w", filepath.Join(path, configFile), err)
-	}
-	hcfg, err := schemahead.LoadConfig(filepath.Join(path, schemahead.ConfigFile))
-	if err != nil {
-		return nil, fmt.Errorf("engine: %w", err)
-	}
-	tok, err := tokenizer.Load(filepath.Join(path, tokenizerFile))
-	if err != nil {
-		return nil, fmt.Errorf("engine: %w", err)
-	}
-	m, err := weights.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("engine: %w", err)
-	}
-	e, err := assemble(m, tcfg, hcfg, tok, opts)
-	if err != nil {
-		m.Close()
+		r.Close()
 		return nil, err
 	}
 	e.identify(path)
 	return e, nil
+}
+
+func fileExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular()
 }
 
 // identify sets what prefix cache keys hold of the model: its path, file
@@ -177,30 +164,33 @@ func (e *Engine) identify(path string) {
 	if st, err := os.Stat(path); err == nil {
 		stamp = fmt.Sprintf("%d/%d", st.Size(), st.ModTime().UnixNano())
 	}
-	e.ident = fmt.Sprintf("clef prefix v1\x00%s\x00%s\x00%+v\x00%s", path, stamp, e.thinker.Config, e.backend.Name())
+	e.ident = fmt.Sprintf("clef prefix v1\x00%s\x00%s\x00%+v\x00%s", path, stamp, e.decoder.Config, e.backend.Name())
 	e.prefixLen = len(e.tok.Encode(record.Prefix))
 }
 
-// assemble checks that the parts fit together and binds them on a backend.
-func assemble(m weights.Model, tcfg qwen3moe.Config, hcfg schemahead.Config, tok *tokenizer.Tokenizer, opts Options) (*Engine, error) {
+// assemble checks that the parts of a release fit together and binds them
+// on a backend.
+func assemble(r *release.Release, opts Options) (*Engine, error) {
+	tcfg := r.Config.Thinker.Text
+	if r.Config.Head == nil {
+		return nil, fmt.Errorf("engine: %s has no joint head configuration (%s)", r.Path, release.HeadConfigFile)
+	}
+	hcfg := *r.Config.Head
 	if hcfg.HiddenSize != tcfg.Hidden {
-		return nil, fmt.Errorf("engine: the joint head's hidden_size %d does not match the backbone's hidden size %d", hcfg.HiddenSize, tcfg.Hidden)
+		return nil, fmt.Errorf("engine: the joint head's hidden_size %d does not match the decoder's hidden size %d", hcfg.HiddenSize, tcfg.Hidden)
 	}
-	lm, err := m.Tensor(lmHeadName)
+	tok, err := r.Tokenizer()
 	if err != nil {
-		return nil, fmt.Errorf("engine: the lexical prior needs %s: %w", lmHeadName, err)
+		return nil, fmt.Errorf("engine: %w", err)
 	}
-	if len(lm.Shape) != 2 || lm.Shape[1] != tcfg.Hidden {
-		return nil, fmt.Errorf("engine: %s has shape %v, want [vocab, %d]", lmHeadName, lm.Shape, tcfg.Hidden)
+	lm, _, err := release.Lookup(r.Weights, lmHead(tcfg))
+	if err != nil {
+		return nil, fmt.Errorf("engine: the lexical prior needs %s: %w", release.LMHead, err)
 	}
-	vocab := lm.Shape[0]
-	if tcfg.Vocab > 0 {
-		vocab = min(vocab, tcfg.Vocab)
+	if tok.VocabSize() > lm.Shape[0] {
+		return nil, fmt.Errorf("engine: the tokenizer has %d tokens but the model's embedding has %d rows: wrong tokenizer for this model", tok.VocabSize(), lm.Shape[0])
 	}
-	if tok.VocabSize() > vocab {
-		return nil, fmt.Errorf("engine: the tokenizer has %d tokens but the model's embedding has %d rows: wrong tokenizer for this model", tok.VocabSize(), vocab)
-	}
-	head, err := schemahead.Load(m, hcfg)
+	head, err := schemahead.Load(r.Weights, hcfg)
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
@@ -208,15 +198,23 @@ func assemble(m weights.Model, tcfg qwen3moe.Config, hcfg schemahead.Config, tok
 	if err != nil {
 		return nil, err
 	}
-	thinker, err := qwen3moe.Load(m, tcfg, b)
+	decoder, err := qwen3moe.Load(r.Weights, tcfg, b)
 	if err != nil {
 		b.Close()
 		return nil, fmt.Errorf("engine: %w", err)
 	}
-	// The head's products over the record's tokens run on the backend when
-	// it passes Bind's check; otherwise they stay in Go (slower, same result).
-	headOnBackend := head.BindAll(b) == nil
-	return &Engine{headOnBackend: headOnBackend, opts: opts, backend: b, weights: m, tok: tok, thinker: thinker, head: head, lex: schemahead.TensorLexicon(lm)}, nil
+	// The joint head runs on the same backend.
+	if err := head.Bind(b); err != nil {
+		b.Close()
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	return &Engine{opts: opts, backend: b, weights: r.Weights, tok: tok, decoder: decoder, head: head, lex: schemahead.TensorLexicon(lm)}, nil
+}
+
+// lmHead is the decoder table's row of the output embedding.
+func lmHead(c release.Text) release.Tensor {
+	ts := release.DecoderTensors(c)
+	return ts[len(ts)-1]
 }
 
 // openBackend opens the named backend, or the best registered one.
@@ -254,18 +252,14 @@ func registered(name string) bool {
 // Backend returns the name of the backend the engine runs on.
 func (e *Engine) Backend() string { return e.backend.Name() }
 
-// HeadOnBackend reports whether the joint head's large products run on the
-// backend (true) or in Go.
-func (e *Engine) HeadOnBackend() bool { return e.headOnBackend }
-
 // Tokenizer returns the model's tokenizer.
 func (e *Engine) Tokenizer() *tokenizer.Tokenizer { return e.tok }
 
 // HeadConfig returns the joint head's configuration.
-func (e *Engine) HeadConfig() schemahead.Config { return e.head.Config() }
+func (e *Engine) HeadConfig() release.Head { return e.head.Config() }
 
-// ThinkerConfig returns the text decoder's configuration.
-func (e *Engine) ThinkerConfig() qwen3moe.Config { return e.thinker.Config }
+// DecoderConfig returns the text decoder's configuration.
+func (e *Engine) DecoderConfig() release.Text { return e.decoder.Config }
 
 // Close releases the backend and unmaps the weights.
 func (e *Engine) Close() error {
@@ -320,11 +314,11 @@ func (e *Engine) decide(ctx context.Context, req *api.Request) (*decision, error
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	t := time.Now()
-	hidden, err := e.backbone(ctx, enc, st)
+	hidden, err := e.thinker(ctx, enc, st)
 	if err != nil {
 		return nil, fmt.Errorf("engine: thinker: %w", err)
 	}
-	st.Backbone = time.Since(t)
+	st.Thinker = time.Since(t)
 
 	t = time.Now()
 	qs := make([]schemahead.Question, len(enc.Questions))
@@ -348,30 +342,30 @@ func (e *Engine) decide(ctx context.Context, req *api.Request) (*decision, error
 	return &decision{enc: enc, probs: probs, resp: resp, stats: st}, nil
 }
 
-// backbone runs the thinker on the record and returns the hidden state of
+// thinker runs the thinker on the record and returns the hidden state of
 // every position. With a prefix cache, the prefix (everything before the
 // schema) is looked up by content: on a hit only the rest runs, after the
 // stored keys and values; on a miss the whole record runs and the prefix
 // is stored.
-func (e *Engine) backbone(ctx context.Context, enc *api.Encoded, st *Stats) ([]float32, error) {
+func (e *Engine) thinker(ctx context.Context, enc *api.Encoded, st *Stats) ([]float32, error) {
 	store := e.opts.PrefixCache
-	if en, ok := store.(interface{ Enabled() bool }); ok && !en.Enabled() {
+	if store != nil && !store.Enabled() {
 		store = nil
 	}
 	// The schema starts after the record prefix and the state (text records:
 	// no media); it is never empty, so P < len(InputIDs).
 	P := e.prefixLen + enc.StateTokens
-	if store == nil || !e.thinker.CanResume() || P <= 0 || P >= len(enc.InputIDs) {
-		return e.thinker.Hidden(ctx, enc.InputIDs, nil)
+	if store == nil || !e.decoder.CanResume() || P <= 0 || P >= len(enc.InputIDs) {
+		return e.decoder.Hidden(ctx, enc.InputIDs, nil)
 	}
-	if mb, ok := store.(interface{ MaxBytes() int64 }); ok && e.thinker.PrefixBytes(P) > mb.MaxBytes() {
+	if e.decoder.PrefixBytes(P) > store.MaxBytes() {
 		// It could never be stored: do not read the keys and values back.
-		return e.thinker.Hidden(ctx, enc.InputIDs, nil)
+		return e.decoder.Hidden(ctx, enc.InputIDs, nil)
 	}
 	key := e.prefixKey(enc.InputIDs[:P])
-	if v, ok := store.Get(key); ok {
-		if pre, ok := v.(*qwen3moe.Prefix); ok && pre.Len == P {
-			rest, _, err := e.thinker.HiddenPrefix(ctx, qwen3moe.Input{IDs: enc.InputIDs[P:], Past: pre}, 0)
+	if pre, ok := store.Get(key); ok && pre != nil {
+		if pre.Len == P {
+			rest, _, err := e.decoder.HiddenPrefix(ctx, qwen3moe.Input{IDs: enc.InputIDs[P:], Past: pre}, 0)
 			if err != nil {
 				return nil, err
 			}
@@ -380,7 +374,7 @@ func (e *Engine) backbone(ctx context.Context, enc *api.Encoded, st *Stats) ([]f
 			return append(append(hidden, pre.Hidden...), rest...), nil
 		}
 	}
-	hidden, pre, err := e.thinker.HiddenPrefix(ctx, qwen3moe.Input{IDs: enc.InputIDs}, P)
+	hidden, pre, err := e.decoder.HiddenPrefix(ctx, qwen3moe.Input{IDs: enc.InputIDs}, P)
 	if err != nil {
 		return nil, err
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/clefrt/clef/engine/api"
 	"github.com/clefrt/clef/engine/convert"
 	"github.com/clefrt/clef/engine/pyjson"
-	"github.com/clefrt/clef/engine/weights"
+	"github.com/clefrt/clef/engine/release"
 )
 
 const tinyDir = "../testdata/clef-tiny"
@@ -175,7 +175,7 @@ func TestBadRequest(t *testing.T) {
 
 // release copies (by symlink) the f32 release into a temporary directory,
 // with some files replaced or removed.
-func release(t *testing.T, replace map[string]string, remove ...string) string {
+func releaseDir(t *testing.T, replace map[string]string, remove ...string) string {
 	t.Helper()
 	src, err := filepath.Abs(filepath.Join(tinyDir, "release"))
 	if err != nil {
@@ -221,16 +221,16 @@ func TestOpenErrors(t *testing.T) {
 		want string
 	}{
 		{"no dir", filepath.Join(t.TempDir(), "nothing"), "no such file"},
-		{"no head", release(t, nil, "joint_head.safetensors"), "joint_head.safetensors is missing"},
-		{"no head config", release(t, nil, "joint_head_config.json"), "joint_head_config.json is missing"},
-		{"no tokenizer", release(t, nil, "tokenizer.json"), "tokenizer.json is missing"},
-		{"no config", release(t, nil, "config.json"), "config.json is missing"},
-		{"no shard", release(t, nil, "model-00002-of-00002.safetensors"), "model-00002-of-00002.safetensors"},
-		{"head hidden size", release(t, map[string]string{"joint_head_config.json": `{"hidden_size": 32, "width": 32, "routing_layers": 2, "layers": 2, "heads": 4, "feedforward": 64}`}), "hidden_size 32 does not match the backbone's hidden size 64"},
-		{"head config damaged", release(t, map[string]string{"joint_head_config.json": `{"hidden_size": 64, "width": 32,`}), "joint_head_config.json"},
-		{"head layers", release(t, map[string]string{"joint_head_config.json": `{"hidden_size": 64, "width": 32, "routing_layers": 2, "layers": 3, "heads": 4, "feedforward": 64}`}), "layers.2"},
-		{"tokenizer vocab", release(t, map[string]string{"tokenizer.json": string(bigTok)}), "wrong tokenizer"},
-		{"damaged head", release(t, map[string]string{"joint_head.safetensors": "\x10\x00\x00\x00\x00\x00\x00\x00{\"a\":"}), "joint_head.safetensors"},
+		{"no head", releaseDir(t, nil, "joint_head.safetensors"), "joint_head.safetensors is missing"},
+		{"no head config", releaseDir(t, nil, "joint_head_config.json"), "joint_head_config.json is missing"},
+		{"no tokenizer", releaseDir(t, nil, "tokenizer.json"), "tokenizer.json is missing"},
+		{"no config", releaseDir(t, nil, "config.json"), "config.json is missing"},
+		{"no shard", releaseDir(t, nil, "model-00002-of-00002.safetensors"), "model-00002-of-00002.safetensors"},
+		{"head hidden size", releaseDir(t, map[string]string{"joint_head_config.json": `{"hidden_size": 32, "width": 32, "routing_layers": 2, "layers": 2, "heads": 4, "feedforward": 64}`}), "hidden_size 32 does not match the decoder's hidden size 64"},
+		{"head config damaged", releaseDir(t, map[string]string{"joint_head_config.json": `{"hidden_size": 64, "width": 32,`}), "joint_head_config.json"},
+		{"head layers", releaseDir(t, map[string]string{"joint_head_config.json": `{"hidden_size": 64, "width": 32, "routing_layers": 2, "layers": 3, "heads": 4, "feedforward": 64}`}), "layers.2"},
+		{"tokenizer vocab", releaseDir(t, map[string]string{"tokenizer.json": string(bigTok)}), "wrong tokenizer"},
+		{"damaged head", releaseDir(t, map[string]string{"joint_head.safetensors": "\x10\x00\x00\x00\x00\x00\x00\x00{\"a\":"}), "joint_head.safetensors"},
 	} {
 		e, err := Open(tc.dir, Options{})
 		if err == nil {
@@ -245,9 +245,9 @@ func TestOpenErrors(t *testing.T) {
 	}
 }
 
-func TestHeadOnBackend(t *testing.T) {
-	if e := open(t, "release", Options{Backend: "cpu"}); !e.HeadOnBackend() || e.Backend() != "cpu" {
-		t.Errorf("head on backend %v, backend %s; want the head bound to cpu", e.HeadOnBackend(), e.Backend())
+func TestNamedBackend(t *testing.T) {
+	if e := open(t, "release", Options{Backend: "cpu"}); e.Backend() != "cpu" {
+		t.Errorf("backend %s, want cpu", e.Backend())
 	}
 }
 
@@ -338,10 +338,10 @@ func TestGGUFPair(t *testing.T) {
 
 func TestGGUFErrors(t *testing.T) {
 	path := quantized(t, "release", "q8_0")
-	if _, err := Open(weights.CompanionPath(path), Options{}); err == nil || !strings.Contains(err.Error(), "companion") {
+	if _, err := Open(release.CompanionPath(path), Options{}); err == nil || !strings.Contains(err.Error(), "companion") {
 		t.Errorf("opening the companion: err = %v", err)
 	}
-	if err := os.Remove(weights.CompanionPath(path)); err != nil {
+	if err := os.Remove(release.CompanionPath(path)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := Open(path, Options{}); err == nil || !strings.Contains(err.Error(), "no companion") {

@@ -9,22 +9,21 @@ import (
 	"testing"
 
 	"github.com/clefrt/clef/engine/api"
-	"github.com/clefrt/clef/engine/model/qwen3moe"
 )
 
 // mapStore is an unbounded PrefixStore that counts its calls.
 type mapStore struct {
 	mu        sync.Mutex
-	m         map[[32]byte]any
+	m         map[[32]byte]*Prefix
 	gets, put int
 	hits      int
 	bytes     int64
 	disabled  bool
 }
 
-func newMapStore() *mapStore { return &mapStore{m: map[[32]byte]any{}} }
+func newMapStore() *mapStore { return &mapStore{m: map[[32]byte]*Prefix{}} }
 
-func (s *mapStore) Get(k [32]byte) (any, bool) {
+func (s *mapStore) Get(k [32]byte) (*Prefix, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.gets++
@@ -35,7 +34,7 @@ func (s *mapStore) Get(k [32]byte) (any, bool) {
 	return v, ok
 }
 
-func (s *mapStore) Put(k [32]byte, v any, size int64) bool {
+func (s *mapStore) Put(k [32]byte, v *Prefix, size int64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.put++
@@ -43,6 +42,9 @@ func (s *mapStore) Put(k [32]byte, v any, size int64) bool {
 	s.m[k] = v
 	return true
 }
+
+func (s *mapStore) Enabled() bool   { return !s.disabled }
+func (s *mapStore) MaxBytes() int64 { return 1 << 62 }
 
 // disabledStore is a store whose Enabled method says no (as a zero-budget
 // server cache does).
@@ -115,7 +117,7 @@ func TestPrefixCacheSameAnswers(t *testing.T) {
 		{"long-chunk-37", 37, longState(25)},
 	} {
 		t.Run(run.name, func(t *testing.T) {
-			plain.thinker.Chunk, cached.thinker.Chunk = run.chunk, run.chunk
+			plain.decoder.Chunk, cached.decoder.Chunk = run.chunk, run.chunk
 			for i, schema := range []int{0, 1, 0} {
 				req := prefixRequest(t, run.state, schema)
 				want, err := plain.decide(ctx, req)
@@ -143,12 +145,12 @@ func TestPrefixCacheSameAnswers(t *testing.T) {
 					t.Errorf("schema %d (call %d): response with the cache\n%s\nwithout\n%s", schema, i, gb, wb)
 				}
 				// The hidden states themselves, on a hit (the entry is stored now).
-				full, err := plain.thinker.Hidden(ctx, want.enc.InputIDs, nil)
+				full, err := plain.decoder.Hidden(ctx, want.enc.InputIDs, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
 				st := &Stats{}
-				h, err := cached.backbone(ctx, got.enc, st)
+				h, err := cached.thinker(ctx, got.enc, st)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -230,24 +232,24 @@ func TestPrefixCacheKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for key := range ms.m {
-		ms.m[key] = "not a prefix"
+	for key, p := range ms.m {
+		ms.m[key] = &Prefix{Len: p.Len - 1, K: p.K, V: p.V, Hidden: p.Hidden}
 	}
 	got, err := e2.decide(ctx, req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got.stats.PrefixHit {
-		t.Error("a foreign cached value counted as a hit")
+		t.Error("a cached prefix of the wrong length counted as a hit")
 	}
 	wb, _ := want.resp.MarshalJSON()
 	gb, _ := got.resp.MarshalJSON()
 	if string(wb) != string(gb) {
-		t.Errorf("response after a foreign value differs")
+		t.Errorf("response after a wrong-length prefix differs")
 	}
 	for _, v := range ms.m {
-		if _, ok := v.(*qwen3moe.Prefix); !ok {
-			t.Error("the foreign value was not replaced by the prefix")
+		if v.Len != len(v.Hidden)/e2.DecoderConfig().Hidden {
+			t.Error("the wrong-length prefix was not replaced")
 		}
 	}
 }

@@ -2,29 +2,38 @@ package metal
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/clefrt/clef/engine/weights"
 	"github.com/clefrt/clef/quant"
 )
 
-// countGPU records how weights are bound.
-type countGPU struct{ wraps, uploads int }
+// hostBuf is device memory of countGPU: a byte slice.
+type hostBuf struct{ data []byte }
+
+func (b *hostBuf) Len() int { return len(b.data) }
+
+// countGPU records how weights are bound. Wrap fails with errTooLarge past
+// limit bytes (0: no limit).
+type countGPU struct{ wraps, uploads, limit int }
 
 func (g *countGPU) Name() string                                  { return "count" }
-func (g *countGPU) Alloc(n int) (gbuf, error)                     { return &emuBuf{data: make([]byte, n)}, nil }
+func (g *countGPU) Alloc(n int) (gbuf, error)                     { return &hostBuf{data: make([]byte, n)}, nil }
 func (g *countGPU) Dispatch(d *dispatch) error                    { return nil }
 func (g *countGPU) Release(b gbuf)                                {}
 func (g *countGPU) Close() error                                  { return nil }
 func (g *countGPU) Read(context.Context, gbuf, int, []byte) error { return nil }
 func (g *countGPU) Upload(data []byte) (gbuf, error) {
 	g.uploads++
-	return &emuBuf{data: append([]byte(nil), data...)}, nil
+	return &hostBuf{data: append([]byte(nil), data...)}, nil
 }
-func (g *countGPU) WrapAlias(data []byte) (gbuf, int, error) { return &emuBuf{data: data}, 0, nil }
 func (g *countGPU) Wrap(data []byte) (gbuf, int, error) {
+	if g.limit > 0 && len(data) > g.limit {
+		return nil, 0, fmt.Errorf("a %d-byte tensor is %w", len(data), errTooLarge)
+	}
 	g.wraps++
-	return &emuBuf{data: data}, 0, nil
+	return &hostBuf{data: data}, 0, nil
 }
 
 // TestWeightAlignment: a weight whose bytes are not aligned for the kernels'
@@ -56,8 +65,79 @@ func TestWeightAlignment(t *testing.T) {
 			t.Errorf("%v at offset %d: copied %v (uploads %d, wraps %d), want %v", c.typ, c.off, got, g.uploads, g.wraps, c.copied)
 		}
 		h := bt.Handle.(*tensor)
-		if eb := h.buf.(*emuBuf); string(eb.data[h.off:h.off+c.bytes]) != string(w.Data) {
+		if eb := h.buf.(*hostBuf); string(eb.data[h.off:h.off+c.bytes]) != string(w.Data) {
 			t.Errorf("%v at offset %d: bound bytes differ from the tensor's", c.typ, c.off)
+		}
+	}
+}
+
+// TestWeightStacked: a contiguous stack of experts is one view with an
+// expert stride, a parted one (or a contiguous one too large for one
+// buffer) one view per expert; stacked experts are for MoE only.
+func TestWeightStacked(t *testing.T) {
+	const E, rows, cols = 3, 2, 64
+	rb := 2 * 34 // q8_0: two blocks per row
+	all := make([]byte, E*rows*rb)
+	for i := range all {
+		all[i] = byte(i)
+	}
+	parts := make([][]byte, E)
+	for e := range parts {
+		parts[e] = append([]byte(nil), all[e*rows*rb:(e+1)*rows*rb]...)
+	}
+	shape := []int{E, rows, cols}
+	for _, c := range []struct {
+		what   string
+		t      *weights.Tensor
+		limit  int
+		parted bool
+	}{
+		{"contiguous", &weights.Tensor{Name: "w", Type: quant.Q8_0, Shape: shape, Data: all}, 0, false},
+		{"parted", &weights.Tensor{Name: "w", Type: quant.Q8_0, Shape: shape, Parts: parts}, 0, true},
+		{"contiguous, too large for one buffer", &weights.Tensor{Name: "w", Type: quant.Q8_0, Shape: shape, Data: all}, rows * rb, true},
+	} {
+		g := &countGPU{limit: c.limit}
+		b := newBackend(g, "count")
+		bt, err := b.Weight(c.t)
+		if err != nil {
+			t.Fatalf("%s: %v", c.what, err)
+		}
+		h := bt.Handle.(*tensor)
+		if h.experts != E || h.rows != rows || h.cols != cols || h.stride != rows*rb || (h.parts != nil) != c.parted {
+			t.Fatalf("%s: handle %d experts [%d %d], stride %d, %d parts", c.what, h.experts, h.rows, h.cols, h.stride, len(h.parts))
+		}
+		want := 1
+		if c.parted {
+			want = E
+		}
+		if g.wraps != want || g.uploads != 0 {
+			t.Errorf("%s: %d wraps, %d uploads, want %d wraps", c.what, g.wraps, g.uploads, want)
+		}
+		for e := 0; e < E; e++ {
+			buf, off := h.buf, h.off+e*h.stride
+			if c.parted {
+				buf, off = h.parts[e].buf, h.parts[e].off
+			}
+			if got := buf.(*hostBuf).data[off : off+rows*rb]; string(got) != string(parts[e]) {
+				t.Errorf("%s: expert %d bound to the wrong bytes", c.what, e)
+			}
+		}
+		x, err := b.Upload(make([]float32, cols), 1, cols)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.MatMul(x, bt); err == nil {
+			t.Errorf("%s: MatMul of stacked experts: no error", c.what)
+		}
+	}
+	for _, bad := range []*weights.Tensor{
+		{Name: "short", Type: quant.Q8_0, Shape: shape, Data: all[:len(all)-1]},
+		{Name: "parts", Type: quant.Q8_0, Shape: shape, Parts: parts[:2]},
+		{Name: "part bytes", Type: quant.Q8_0, Shape: shape, Parts: [][]byte{parts[0], parts[1], parts[2][:10]}},
+		{Name: "no experts", Type: quant.Q8_0, Shape: []int{0, rows, cols}},
+	} {
+		if _, err := newBackend(&countGPU{}, "count").Weight(bad); err == nil {
+			t.Errorf("%s: no error", bad.Name)
 		}
 	}
 }

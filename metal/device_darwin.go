@@ -298,13 +298,7 @@ const wrapMin = 64 << 10
 // Wrap makes a no-copy view over data (a slice of a mapped weight file):
 // the view starts at data's page (16 KiB on Apple silicon) and ends on a page
 // boundary, and an existing view that already covers data is reused.
-func (g *metalGPU) Wrap(data []byte) (gbuf, int, error) { return g.wrap(data, true) }
-
-// WrapAlias is Wrap without counting the bytes against the working set: they
-// were counted when their pieces were wrapped.
-func (g *metalGPU) WrapAlias(data []byte) (gbuf, int, error) { return g.wrap(data, false) }
-
-func (g *metalGPU) wrap(data []byte, count bool) (gbuf, int, error) {
+func (g *metalGPU) Wrap(data []byte) (gbuf, int, error) {
 	if len(data) < wrapMin {
 		b, err := g.Upload(data)
 		return b, 0, err
@@ -326,13 +320,11 @@ func (g *metalGPU) wrap(data []byte, count bool) (gbuf, int, error) {
 		base := start &^ (page - 1)
 		length := (end - base + page - 1) &^ (page - 1)
 		if uint64(length) > g.maxBuffer {
-			err = fmt.Errorf("a %d-byte tensor is larger than this GPU's largest buffer (%d bytes)", len(data), g.maxBuffer)
+			err = fmt.Errorf("a %d-byte tensor is %w of this GPU (%d bytes)", len(data), errTooLarge, g.maxBuffer)
 			return
 		}
-		if count {
-			g.wrapBytes += uint64(length)
-		}
-		if count && g.workingSet > 0 && g.wrapBytes > g.workingSet {
+		g.wrapBytes += uint64(length)
+		if g.workingSet > 0 && g.wrapBytes > g.workingSet {
 			err = FitError(int64(g.wrapBytes), int64(g.workingSet), g.name)
 			return
 		}

@@ -1,3 +1,5 @@
+//go:build mslemu
+
 package metal
 
 import (
@@ -8,8 +10,8 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/clefrt/clef/internal/mslemu"
 	"github.com/clefrt/clef/shaders"
-	"github.com/clefrt/clef/shaders/emu"
 )
 
 // emuBuf is device memory of the emulated GPU.
@@ -18,21 +20,30 @@ type emuBuf struct{ data []byte }
 func (b *emuBuf) Len() int { return len(b.data) }
 
 // emuGPU runs every dispatch at once on the CPU through the MSL emulation
-// harness (shaders/emu): the same kernel source as on a Mac, compiled as C++.
+// harness (internal/mslemu): the same kernel source as on a Mac, compiled as C++.
 // It exists so that the backend's host logic (shape checks, launch geometry,
 // buffer binding, the MoE plan) is tested on machines without Metal.
 type emuGPU struct {
 	mu      sync.Mutex
 	work    string
-	kernels map[string]*emu.Harness
+	kernels map[string]*mslemu.Harness
+}
+
+// EmulatorAvailable reports whether NewEmulated can run: this binary holds
+// the emulator (the mslemu build tag) and clang++-19 is on PATH.
+func EmulatorAvailable() (bool, string) {
+	if !mslemu.Available() {
+		return false, fmt.Sprintf("the MSL emulation harness needs %s (apt-get install clang-19)", mslemu.Clang)
+	}
+	return true, ""
 }
 
 // NewEmulated returns the backend on the emulated GPU. It compiles every
 // shader with clang++-19 (cached between runs), so it needs clang-19 and takes
 // a while the first time. Close removes its scratch directory.
 func NewEmulated() (*Backend, error) {
-	if !emu.Available() {
-		return nil, fmt.Errorf("metal: the emulated GPU needs %s on PATH", emu.Clang)
+	if !mslemu.Available() {
+		return nil, fmt.Errorf("metal: the emulated GPU needs %s on PATH", mslemu.Clang)
 	}
 	work, err := os.MkdirTemp("", "clef-metal-emu")
 	if err != nil {
@@ -46,7 +57,7 @@ func NewEmulated() (*Backend, error) {
 		os.RemoveAll(work)
 		return nil, err
 	}
-	g := &emuGPU{work: work, kernels: map[string]*emu.Harness{}}
+	g := &emuGPU{work: work, kernels: map[string]*mslemu.Harness{}}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var firstErr error
@@ -57,7 +68,7 @@ func NewEmulated() (*Backend, error) {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			h, err := emu.Build(work, filepath.Join(src, f))
+			h, err := mslemu.Build(work, filepath.Join(src, f))
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -94,14 +105,12 @@ func (g *emuGPU) Upload(data []byte) (gbuf, error) {
 
 func (g *emuGPU) Wrap(data []byte) (gbuf, int, error) { return &emuBuf{data: data}, 0, nil }
 
-func (g *emuGPU) WrapAlias(data []byte) (gbuf, int, error) { return &emuBuf{data: data}, 0, nil }
-
 func (g *emuGPU) Release(b gbuf) {}
 
 func (g *emuGPU) Close() error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	seen := map[*emu.Harness]bool{}
+	seen := map[*mslemu.Harness]bool{}
 	for _, h := range g.kernels {
 		if !seen[h] {
 			seen[h] = true
@@ -145,7 +154,7 @@ func (g *emuGPU) Dispatch(d *dispatch) error {
 			return nil
 		}
 	}
-	job := &emu.Job{Kernel: d.Kernel, Grid: grid, Group: d.Group, Alias: map[int]int{}}
+	job := &mslemu.Job{Kernel: d.Kernel, Grid: grid, Group: d.Group, Alias: map[int]int{}}
 	for _, c := range d.Consts {
 		v := []byte{byte(c.Value), byte(c.Value >> 8), byte(c.Value >> 16), byte(c.Value >> 24)}
 		if c.Bool {
@@ -154,9 +163,9 @@ func (g *emuGPU) Dispatch(d *dispatch) error {
 				v[0] = 1
 			}
 		}
-		job.Consts = append(job.Consts, emu.Const{Index: c.Index, Value: v})
+		job.Consts = append(job.Consts, mslemu.Const{Index: c.Index, Value: v})
 	}
-	job.Buffers = append(job.Buffers, emu.Buffer{Index: 0, Data: d.Args})
+	job.Buffers = append(job.Buffers, mslemu.Buffer{Index: 0, Data: d.Args})
 	type key struct {
 		b   *emuBuf
 		off int
@@ -176,7 +185,7 @@ func (g *emuGPU) Dispatch(d *dispatch) error {
 		idx, seen := first[k]
 		if !seen {
 			first[k] = a.Index
-			job.Buffers = append(job.Buffers, emu.Buffer{Index: a.Index, Data: eb.data[a.Off:]})
+			job.Buffers = append(job.Buffers, mslemu.Buffer{Index: a.Index, Data: eb.data[a.Off:]})
 			bound = append(bound, k)
 			idx = a.Index
 		} else {

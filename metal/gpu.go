@@ -1,6 +1,13 @@
 package metal
 
-import "context"
+import (
+	"context"
+	"errors"
+)
+
+// errTooLarge is wrapped by Wrap's error for data larger than the device's
+// largest buffer.
+var errTooLarge = errors.New("larger than the largest buffer")
 
 // gbuf is one block of device memory: an MTLBuffer on a Mac, a byte slice in
 // the emulator.
@@ -52,7 +59,7 @@ type DeviceInfo struct {
 
 // gpu is what the backend needs from a device. The Metal implementation
 // records dispatches into one command buffer and runs them at the next read;
-// the emulator runs each dispatch at once on the CPU (shaders/emu).
+// the emulator runs each dispatch at once on the CPU (internal/mslemu).
 type gpu interface {
 	// Name describes the device.
 	Name() string
@@ -62,12 +69,9 @@ type gpu interface {
 	Upload(data []byte) (gbuf, error)
 	// Wrap returns a buffer over data without copying it where the device
 	// allows, and the offset of data[0] in it. data must stay alive and
-	// unchanged while the buffer is in use.
+	// unchanged while the buffer is in use. An error wrapping errTooLarge
+	// says that data exceeds the device's largest buffer.
 	Wrap(data []byte) (gbuf, int, error)
-	// WrapAlias is Wrap for bytes that Wrap has already bound piece by
-	// piece (a stack of experts): one more view of the same memory, not
-	// counted again against the working set.
-	WrapAlias(data []byte) (gbuf, int, error)
 	// Dispatch records (or runs) one kernel launch.
 	Dispatch(d *dispatch) error
 	// Read waits for the recorded work and copies len(dst) bytes from b at

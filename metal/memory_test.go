@@ -30,18 +30,6 @@ func TestFitError(t *testing.T) {
 	}
 }
 
-func TestPeakOf(t *testing.T) {
-	for name, chip := range map[string]string{"Apple M4 Max": "M4 Max", "Apple M4": "M4", "Apple M1 Ultra": "M1 Ultra", "Apple M2 Pro": "M2 Pro"} {
-		p, ok := PeakOf(name)
-		if !ok || p.Chip != chip {
-			t.Errorf("PeakOf(%q) = %+v, %v; want %s", name, p, ok, chip)
-		}
-	}
-	if _, ok := PeakOf("AMD Radeon Pro"); ok {
-		t.Error("PeakOf matched a non-Apple GPU")
-	}
-}
-
 func TestKernelSuffix(t *testing.T) {
 	names := map[string]bool{}
 	for _, n := range kernelNamesForTest() {

@@ -6,40 +6,14 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
-	"strings"
 	"time"
 
 	"github.com/clefrt/clef/engine/backend"
+	"github.com/clefrt/clef/engine/backend/conformance"
 	"github.com/clefrt/clef/engine/weights"
+	"github.com/clefrt/clef/internal/chips"
 	"github.com/clefrt/clef/quant"
 )
-
-// Peak is a chip's published or derived roofline (shaders/README.md).
-type Peak struct {
-	Chip    string
-	GBs     float64 // memory bandwidth, GB/s
-	TFLOPs  float64 // FP32 = FP16 shader TFLOP/s
-	Derived bool    // estimated from clocks, ±10%
-}
-
-// peaks lists the top GPU bin of each chip, longest names first so that
-// "M4 Max" matches before "M4".
-var peaks = []Peak{
-	{"M1 Ultra", 800, 21.2, false}, {"M2 Ultra", 800, 27.2, false}, {"M3 Ultra", 819, 30, true},
-	{"M1 Max", 400, 10.6, false}, {"M2 Max", 400, 13.6, false}, {"M3 Max", 400, 15.4, true}, {"M4 Max", 546, 17.5, true}, {"M5 Max", 614, 17.5, true},
-	{"M1 Pro", 200, 5.3, false}, {"M2 Pro", 200, 6.8, false}, {"M3 Pro", 150, 6.9, true}, {"M4 Pro", 273, 8.5, true},
-	{"M1", 68.25, 2.6, false}, {"M2", 100, 3.6, false}, {"M3", 100, 3.8, true}, {"M4", 120, 4.0, true}, {"M5", 153, 4.0, true},
-}
-
-// PeakOf returns the roofline of the chip a device name describes.
-func PeakOf(device string) (Peak, bool) {
-	for _, p := range peaks {
-		if strings.Contains(device, p.Chip) {
-			return p, true
-		}
-	}
-	return Peak{}, false
-}
 
 // SelfTestOptions configure SelfTest.
 type SelfTestOptions struct {
@@ -56,11 +30,13 @@ type check struct {
 	run  func(b backend.Backend) (*backend.Tensor, error)
 }
 
-// SelfTest runs every op of b (the GPU backend) and ref (the CPU backend) on
-// the same random inputs and prints the max abs error and NMSE of each; with
-// Timed it then measures the matmul kernels' GB/s and TFLOP/s against the
-// chip's peak. It returns the number of failed checks.
+// SelfTest runs the backend conformance suite on b (the GPU backend), then
+// every op of b and ref (the CPU backend) on the same random inputs at the
+// model's sizes, and prints the max abs error and NMSE of each; with Timed
+// it then measures the matmul kernels' GB/s and TFLOP/s against the chip's
+// peak. It returns the number of failed checks.
 func SelfTest(ctx context.Context, w io.Writer, b, ref backend.Backend, opts SelfTestOptions) (int, error) {
+	failed := conformance.Report(w, b)
 	rng := rand.New(rand.NewPCG(7, 11))
 	randn := func(n int, scale float64) []float32 {
 		v := make([]float32, n)
@@ -155,7 +131,10 @@ func SelfTest(ctx context.Context, w io.Writer, b, ref backend.Backend, opts Sel
 	for i := range pos {
 		pos[i] = [3]int{i, i + i%7, i + i%5}
 	}
-	rope := backend.RoPE{HeadDim: hd, Theta: 1e6, Sections: [3]int{24, 20, 20}, Interleaved: true}
+	rope, err := backend.MRoPE(hd, 1e6, [3]int{24, 20, 20}, true)
+	if err != nil {
+		return 0, err
+	}
 	checks = append(checks, check{name: fmt.Sprintf("rope_f32 M-RoPE %dx%dx%d", L, nh, hd), tol: 1e-7,
 		run: func(be backend.Backend) (*backend.Tensor, error) {
 			x, err := be.Upload(q, L, nh*hd)
@@ -179,7 +158,7 @@ func SelfTest(ctx context.Context, w io.Writer, b, ref backend.Backend, opts Sel
 			if err != nil {
 				return nil, err
 			}
-			return be.Attention(qt, kt, vt, nh, nkv, float32(1/math.Sqrt(hd)))
+			return be.Attention(qt, kt, vt, backend.AttentionOptions{Heads: nh, KVHeads: nkv, Scale: float32(1 / math.Sqrt(hd)), Causal: true})
 		}})
 	const vh, vd = 16, 72 // the vision encoder's head size: the scalar kernel
 	checks = append(checks, check{name: fmt.Sprintf("flash_attn_f32 causal L=%d %d heads d=%d", L, vh, vd), tol: 1e-8,
@@ -192,7 +171,7 @@ func SelfTest(ctx context.Context, w io.Writer, b, ref backend.Backend, opts Sel
 			if err != nil {
 				return nil, err
 			}
-			return be.Attention(qt, kt, qt, vh, vh, float32(1/math.Sqrt(vd)))
+			return be.Attention(qt, kt, qt, backend.AttentionOptions{Heads: vh, KVHeads: vh, Scale: float32(1 / math.Sqrt(vd)), Causal: true})
 		}})
 	ys := randn(3*hidden, 1)
 	checks = append(checks, check{name: fmt.Sprintf("add_f32 + copy_f32/add_rows_f32 %dx%d", L, hidden), tol: 1e-12,
@@ -219,29 +198,31 @@ func SelfTest(ctx context.Context, w io.Writer, b, ref backend.Backend, opts Sel
 			logits[r*E+e] = float32(p)*0.05 - 0.4
 		}
 	}
+	// Each projection's experts stacked [E, out, in] both ways: back to back
+	// in one array, as a GGUF *_exps tensor holds them (the one-launch
+	// gathered path), and one slice per expert, as the bf16 release stores
+	// them (one launch per expert).
 	experts := make([][3]*weights.Tensor, E)
 	for e := range experts {
 		experts[e] = [3]*weights.Tensor{weight(quant.Q4_K, ffn, hidden), weight(quant.Q4_K, ffn, hidden), weight(quant.Q6_K, hidden, ffn)}
 	}
-	// The same experts once more, back to back in one array per projection
-	// as a GGUF *_exps tensor holds them: the one-launch gathered path.
-	stacked := make([][3]*weights.Tensor, E)
-	for p := 0; p < 3; p++ {
-		n := len(experts[0][p].Data)
-		all := make([]byte, 0, E*n)
-		for e := range experts {
-			all = append(all, experts[e][p].Data...)
+	var parted, contiguous [3]*weights.Tensor
+	for p := range parted {
+		e0 := experts[0][p]
+		parts := make([][]byte, E)
+		var all []byte
+		for e := range parts {
+			parts[e] = experts[e][p].Data
+			all = append(all, parts[e]...)
 		}
-		for e := range stacked {
-			t := *experts[e][p]
-			t.Data = all[e*n : (e+1)*n : (e+1)*n]
-			stacked[e][p] = &t
-		}
+		shape := []int{E, e0.Shape[0], e0.Shape[1]}
+		parted[p] = &weights.Tensor{Name: "selftest.experts", Type: e0.Type, Shape: shape, Parts: parts}
+		contiguous[p] = &weights.Tensor{Name: "selftest.experts", Type: e0.Type, Shape: shape, Data: all}
 	}
 	for _, set := range []struct {
 		what    string
-		experts [][3]*weights.Tensor
-	}{{"separate experts", experts}, {"stacked experts", stacked}} {
+		experts [3]*weights.Tensor
+	}{{"parted experts", parted}, {"contiguous experts", contiguous}} {
 		experts := set.experts
 		checks = append(checks, check{name: fmt.Sprintf("moe q4_K/q6_K %s L=%d E=%d k=%d", set.what, L, E, topk),
 			// The CPU oracle quantizes activations to 8 bits for block formats
@@ -261,21 +242,16 @@ func SelfTest(ctx context.Context, w io.Writer, b, ref backend.Backend, opts Sel
 				if err != nil {
 					return nil, err
 				}
-				ex := make([]backend.Expert, E)
-				for e := range ex {
-					var ts [3]*backend.Tensor
-					for i := range ts {
-						if ts[i], err = be.Weight(experts[e][i]); err != nil {
-							return nil, err
-						}
+				var ts [3]*backend.Tensor
+				for i := range ts {
+					if ts[i], err = be.Weight(experts[i]); err != nil {
+						return nil, err
 					}
-					ex[e] = backend.Expert{Gate: ts[0], Up: ts[1], Down: ts[2]}
 				}
-				return be.MoE(x, idt, wt, ex)
+				return be.MoE(x, idt, wt, backend.Experts{Gate: ts[0], Up: ts[1], Down: ts[2]})
 			}})
 	}
 
-	failed := 0
 	for _, c := range checks {
 		want, err := runRead(ctx, ref, c.run)
 		if err != nil {
@@ -311,13 +287,13 @@ func SelfTest(ctx context.Context, w io.Writer, b, ref backend.Backend, opts Sel
 // tokens: simdgroup-matrix tiles, compute-bound) next to the chip's peak,
 // best of 3 runs, each one command buffer.
 func throughput(ctx context.Context, w io.Writer, b backend.Backend, device string, n, k int) error {
-	peak, havePeak := PeakOf(device)
+	peak, havePeak := chips.Of(device)
 	if havePeak {
 		derived := ""
 		if peak.Derived {
 			derived = " (derived from clocks, ±10%)"
 		}
-		fmt.Fprintf(w, "peak of %s: %.0f GB/s, %.1f TFLOP/s FP32/FP16%s\n", peak.Chip, peak.GBs, peak.TFLOPs, derived)
+		fmt.Fprintf(w, "peak of %s: %.0f GB/s, %.1f TFLOP/s FP32/FP16%s\n", peak.Name, peak.GBs, peak.TFLOPs, derived)
 	} else {
 		fmt.Fprintf(w, "no peak figures for %q\n", device)
 	}

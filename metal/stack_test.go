@@ -1,3 +1,5 @@
+//go:build mslemu
+
 package metal
 
 import (
@@ -8,8 +10,8 @@ import (
 
 	"github.com/clefrt/clef/engine/backend"
 	"github.com/clefrt/clef/engine/weights"
+	"github.com/clefrt/clef/internal/mslemu"
 	"github.com/clefrt/clef/quant"
-	"github.com/clefrt/clef/shaders/emu"
 )
 
 // launchCounter counts launches by kernel name.
@@ -23,14 +25,13 @@ func (c *launchCounter) Dispatch(d *dispatch) error {
 	return c.gpu.Dispatch(d)
 }
 
-// TestMoEStacked: experts that lie back to back in memory (a GGUF *_exps
-// tensor) take the one-launch gathered path (moe_tiles + one mul_mm_id per
-// projection), and give the same bits as the per-expert launches over copies
-// of the same experts (the path the conformance suite checks against its
-// reference).
+// TestMoEStacked: a contiguous stack of experts (a GGUF *_exps tensor)
+// takes the one-launch gathered path (moe_tiles + one mul_mm_id per
+// projection), a parted one (experts stored one by one) one launch per
+// expert, and both give the same bits.
 func TestMoEStacked(t *testing.T) {
-	if !emu.Available() {
-		t.Skipf("%s not found: needs the emulated GPU", emu.Clang)
+	if !mslemu.Available() {
+		t.Skipf("%s not found: needs the emulated GPU", mslemu.Clang)
 	}
 	if testing.Short() {
 		t.Skip("slow: compiles and emulates the kernels")
@@ -60,23 +61,22 @@ func TestMoEStacked(t *testing.T) {
 				}
 			}
 		}
-		bind := func(copies bool) []backend.Expert {
-			ex := make([]backend.Expert, E)
-			for e := range ex {
-				var ts [3]*backend.Tensor
-				for p := range ts {
-					d := stacked[p][e*n : (e+1)*n]
-					if copies {
-						d = append(make([]byte, 0, n+64), d...) // slack: never adjacent
-					}
-					ts[p], err = b.Weight(&weights.Tensor{Name: "expert", Type: typ, Shape: []int{ffn, hidden}, Data: d})
-					if err != nil {
-						t.Fatal(err)
+		bind := func(parted bool) backend.Experts {
+			var ts [3]*backend.Tensor
+			for p := range ts {
+				w := &weights.Tensor{Name: "experts", Type: typ, Shape: []int{E, ffn, hidden}, Data: stacked[p]}
+				if parted {
+					w.Data, w.Parts = nil, make([][]byte, E)
+					for e := range w.Parts {
+						w.Parts[e] = append([]byte(nil), stacked[p][e*n:(e+1)*n]...)
 					}
 				}
-				ex[e] = backend.Expert{Gate: ts[0], Up: ts[1], Down: ts[2]}
+				ts[p], err = b.Weight(w)
+				if err != nil {
+					t.Fatal(err)
+				}
 			}
-			return ex
+			return backend.Experts{Gate: ts[0], Up: ts[1], Down: ts[2]}
 		}
 		x := make([]float32, L*hidden)
 		for i := range x {
@@ -86,7 +86,7 @@ func TestMoEStacked(t *testing.T) {
 		for i := range logits {
 			logits[i] = float32(rng.NormFloat64())
 		}
-		run := func(ex []backend.Expert) []float32 {
+		run := func(ex backend.Experts) []float32 {
 			lg, _ := b.Upload(logits, L, E)
 			ids, ws, err := b.Route(lg, k, true)
 			if err != nil {
@@ -106,12 +106,12 @@ func TestMoEStacked(t *testing.T) {
 		clear(cnt.n)
 		one := run(bind(false))
 		if cnt.n["moe_tiles"] != 3 || cnt.n["mul_mm_id_"+kernelName(t, typ)] != 3 || cnt.n["moe_grid"] != 0 {
-			t.Fatalf("%v stacked experts: launches %v, want one moe_tiles and one mul_mm_id per projection", typ, cnt.n)
+			t.Fatalf("%v contiguous experts: launches %v, want one moe_tiles and one mul_mm_id per projection", typ, cnt.n)
 		}
 		clear(cnt.n)
 		per := run(bind(true))
 		if cnt.n["moe_grid"] != 3 || cnt.n["mul_mm_id_"+kernelName(t, typ)] != 3*E {
-			t.Fatalf("%v separate experts: launches %v, want one mul_mm_id per expert and projection", typ, cnt.n)
+			t.Fatalf("%v parted experts: launches %v, want one mul_mm_id per expert and projection", typ, cnt.n)
 		}
 		var nonzero int
 		for i := range one {

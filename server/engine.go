@@ -10,7 +10,7 @@ import (
 // EngineLoader returns a Loader that opens the model at path with opts; the
 // engine keeps record prefixes in the server's cache (see PrefixCache).
 func EngineLoader(path string, opts engine.Options) Loader {
-	return func(ctx context.Context, cache *PrefixCache) (Model, error) {
+	return func(ctx context.Context, cache *Prefixes) (Model, error) {
 		opts := opts
 		opts.PrefixCache = cache
 		e, err := engine.Open(path, opts)
@@ -36,7 +36,7 @@ func (m *engineModel) Decide(ctx context.Context, req *api.Request) (*Decision, 
 	d := &Decision{Body: body, InputTokens: resp.Usage.InputTokens}
 	if st != nil {
 		d.InputTokens = st.InputTokens
-		d.Stages = []Stage{{"encode", st.Encode}, {"backbone", st.Backbone}, {"head", st.Head}}
+		d.Stages = []Stage{{"encode", st.Encode}, {"thinker", st.Thinker}, {"head", st.Head}}
 		if st.PrefixHit {
 			d.CachedTokens = st.CachedTokens
 		}

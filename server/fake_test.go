@@ -35,7 +35,7 @@ func newFake() *fakeModel {
 }
 
 func (f *fakeModel) loader(loads *atomic.Int32) Loader {
-	return func(ctx context.Context, _ *PrefixCache) (Model, error) {
+	return func(ctx context.Context, _ *Prefixes) (Model, error) {
 		if loads != nil {
 			loads.Add(1)
 		}

@@ -15,25 +15,14 @@ type PrefixKey = [32]byte
 // heap (device buffers): Release is called once when the entry leaves the cache.
 type Releaser interface{ Release() }
 
-// PrefixStore is what a model that reuses prefixes needs from the cache;
-// *PrefixCache implements it. The model keys an entry by a content hash of
-// its identity and of the token ids before the schema (system prompt, media,
-// state), stores every layer's keys and values for those positions together
-// with their final normed hidden rows (the joint head reads the hidden
-// state of every position), and gives the entry's size in bytes.
-type PrefixStore interface {
-	Get(key [32]byte) (any, bool)
-	Put(key [32]byte, val any, size int64) bool
-}
-
-var _ PrefixStore = (*PrefixCache)(nil)
-
-// PrefixCache is an LRU of prefix key/value tensors bounded in bytes. A
+// PrefixCache is an LRU of prefix key/value tensors bounded in bytes; V is
+// the value type (the engine's *engine.Prefix), and it implements
+// engine.PrefixStore for it. A
 // record whose prefix is cached needs only its schema tokens computed (the
 // schema follows the state, and causal attention makes the prefix's keys
 // and values independent of what follows). It is safe for concurrent use;
 // the zero budget disables it.
-type PrefixCache struct {
+type PrefixCache[V any] struct {
 	mu        sync.Mutex
 	max, used int64
 	ll        *list.List // front = most recently used
@@ -42,26 +31,26 @@ type PrefixCache struct {
 	hits, misses, evictions int64
 }
 
-type prefixEntry struct {
+type prefixEntry[V any] struct {
 	key  PrefixKey
-	val  any
+	val  V
 	size int64
 }
 
 // NewPrefixCache returns a cache that holds at most maxBytes of values.
-func NewPrefixCache(maxBytes int64) *PrefixCache {
+func NewPrefixCache[V any](maxBytes int64) *PrefixCache[V] {
 	if maxBytes < 0 {
 		maxBytes = 0
 	}
-	return &PrefixCache{max: maxBytes, ll: list.New(), items: map[PrefixKey]*list.Element{}}
+	return &PrefixCache[V]{max: maxBytes, ll: list.New(), items: map[PrefixKey]*list.Element{}}
 }
 
 // Enabled reports whether the cache may hold anything.
-func (c *PrefixCache) Enabled() bool { return c != nil && c.max > 0 }
+func (c *PrefixCache[V]) Enabled() bool { return c != nil && c.max > 0 }
 
 // MaxBytes is the cache's budget: the engine does not build an entry larger
 // than this (it could never be stored).
-func (c *PrefixCache) MaxBytes() int64 {
+func (c *PrefixCache[V]) MaxBytes() int64 {
 	if c == nil {
 		return 0
 	}
@@ -69,47 +58,49 @@ func (c *PrefixCache) MaxBytes() int64 {
 }
 
 // Get returns the value cached under key and marks it most recently used.
-func (c *PrefixCache) Get(key PrefixKey) (any, bool) {
+func (c *PrefixCache[V]) Get(key PrefixKey) (V, bool) {
 	if c == nil {
-		return nil, false
+		var zero V
+		return zero, false
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	el, ok := c.items[key]
 	if !ok {
 		c.misses++
-		return nil, false
+		var zero V
+		return zero, false
 	}
 	c.hits++
 	c.ll.MoveToFront(el)
-	return el.Value.(*prefixEntry).val, true
+	return el.Value.(*prefixEntry[V]).val, true
 }
 
 // Put caches val (size bytes) under key, evicting the least recently used
 // entries until it fits. A value larger than the whole budget is not cached
 // (and released if it is a Releaser); Put reports whether it was kept.
-func (c *PrefixCache) Put(key PrefixKey, val any, size int64) bool {
+func (c *PrefixCache[V]) Put(key PrefixKey, val V, size int64) bool {
 	if c == nil || size < 0 || size > c.max {
 		release(val)
 		return false
 	}
-	var dropped []any
+	var dropped []V
 	c.mu.Lock()
 	if el, ok := c.items[key]; ok {
-		e := el.Value.(*prefixEntry)
-		if e.val != val {
+		e := el.Value.(*prefixEntry[V])
+		if any(e.val) != any(val) {
 			dropped = append(dropped, e.val)
 		}
 		c.used += size - e.size
 		e.val, e.size = val, size
 		c.ll.MoveToFront(el)
 	} else {
-		c.items[key] = c.ll.PushFront(&prefixEntry{key: key, val: val, size: size})
+		c.items[key] = c.ll.PushFront(&prefixEntry[V]{key: key, val: val, size: size})
 		c.used += size
 	}
 	for c.used > c.max {
 		back := c.ll.Back()
-		e := back.Value.(*prefixEntry)
+		e := back.Value.(*prefixEntry[V])
 		c.ll.Remove(back)
 		delete(c.items, e.key)
 		c.used -= e.size
@@ -124,14 +115,14 @@ func (c *PrefixCache) Put(key PrefixKey, val any, size int64) bool {
 }
 
 // Clear drops every entry (the model they belong to was unloaded).
-func (c *PrefixCache) Clear() {
+func (c *PrefixCache[V]) Clear() {
 	if c == nil {
 		return
 	}
 	c.mu.Lock()
-	var dropped []any
+	var dropped []V
 	for el := c.ll.Front(); el != nil; el = el.Next() {
-		dropped = append(dropped, el.Value.(*prefixEntry).val)
+		dropped = append(dropped, el.Value.(*prefixEntry[V]).val)
 	}
 	c.ll.Init()
 	c.items = map[PrefixKey]*list.Element{}
@@ -143,7 +134,7 @@ func (c *PrefixCache) Clear() {
 }
 
 // Status reports the cache's size and counters.
-func (c *PrefixCache) Status() status.PrefixCache {
+func (c *PrefixCache[V]) Status() status.PrefixCache {
 	if c == nil {
 		return status.PrefixCache{}
 	}
@@ -153,8 +144,8 @@ func (c *PrefixCache) Status() status.PrefixCache {
 		Hits: c.hits, Misses: c.misses, Evictions: c.evictions}
 }
 
-func release(v any) {
-	if r, ok := v.(Releaser); ok {
+func release[V any](v V) {
+	if r, ok := any(v).(Releaser); ok {
 		r.Release()
 	}
 }

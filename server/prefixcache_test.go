@@ -10,7 +10,7 @@ func key(b byte) PrefixKey { var k PrefixKey; k[0] = b; return k }
 
 func TestPrefixCacheLRUBoundedInBytes(t *testing.T) {
 	released := 0
-	c := NewPrefixCache(100)
+	c := NewPrefixCache[any](100)
 	for i := byte(0); i < 4; i++ {
 		if !c.Put(key(i), relVal{&released}, 30) {
 			t.Fatalf("put %d refused", i)
@@ -62,11 +62,11 @@ func TestPrefixCacheLRUBoundedInBytes(t *testing.T) {
 }
 
 func TestPrefixCacheDisabled(t *testing.T) {
-	c := NewPrefixCache(0)
+	c := NewPrefixCache[any](0)
 	if c.Enabled() || c.Put(key(1), 1, 1) {
 		t.Fatal("zero-budget cache keeps entries")
 	}
-	var nilc *PrefixCache
+	var nilc *PrefixCache[any]
 	if _, ok := nilc.Get(key(1)); ok || nilc.Put(key(1), 1, 0) || nilc.Enabled() {
 		t.Fatal("nil cache misbehaves")
 	}

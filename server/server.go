@@ -29,6 +29,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/clefrt/clef/engine"
 	"github.com/clefrt/clef/engine/api"
 	"github.com/clefrt/clef/server/status"
 )
@@ -88,9 +89,12 @@ type BatchModel interface {
 // Resident is implemented by models that know how many bytes they hold.
 type Resident interface{ ResidentBytes() int64 }
 
+// Prefixes is the server's prefix cache of the engine's prefixes.
+type Prefixes = PrefixCache[*engine.Prefix]
+
 // Loader loads the model. The prefix cache is the server's: a model that can
 // reuse prefix key/values stores them there.
-type Loader func(ctx context.Context, cache *PrefixCache) (Model, error)
+type Loader func(ctx context.Context, cache *Prefixes) (Model, error)
 
 // Config configures a Server.
 type Config struct {
@@ -134,7 +138,7 @@ type Server struct {
 	cfg     Config
 	log     *slog.Logger
 	metrics *metrics
-	cache   *PrefixCache
+	cache   *Prefixes
 	mux     *http.ServeMux
 	started time.Time
 
@@ -205,7 +209,7 @@ func New(cfg Config) (*Server, error) {
 		cfg:         cfg,
 		log:         cfg.Logger,
 		metrics:     newMetrics(),
-		cache:       NewPrefixCache(cfg.PrefixCacheBytes),
+		cache:       NewPrefixCache[*engine.Prefix](cfg.PrefixCacheBytes),
 		started:     time.Now(),
 		queue:       make(chan *job, cfg.QueueSize),
 		state:       status.StateStarting,
@@ -230,7 +234,7 @@ func (s *Server) Start() {
 func (s *Server) Handler() http.Handler { return s.mux }
 
 // PrefixCache returns the server's prefix cache.
-func (s *Server) PrefixCache() *PrefixCache { return s.cache }
+func (s *Server) PrefixCache() *Prefixes { return s.cache }
 
 // Serve starts the server (if not started) and serves HTTP on ln until
 // Shutdown.

@@ -382,7 +382,7 @@ func TestHealthWhileLoading(t *testing.T) {
 	f := newFake()
 	gate := make(chan struct{})
 	var warmed atomic.Bool
-	cfg := Config{Logger: quietLogger(), Load: func(ctx context.Context, c *PrefixCache) (Model, error) {
+	cfg := Config{Logger: quietLogger(), Load: func(ctx context.Context, c *Prefixes) (Model, error) {
 		<-gate
 		return &warmupSpy{fakeModel: f, warmed: &warmed}, nil
 	}}
@@ -425,7 +425,7 @@ func TestLoadFailure(t *testing.T) {
 	var fail atomic.Bool
 	fail.Store(true)
 	f := newFake()
-	s, err := New(Config{Logger: quietLogger(), Load: func(ctx context.Context, c *PrefixCache) (Model, error) {
+	s, err := New(Config{Logger: quietLogger(), Load: func(ctx context.Context, c *Prefixes) (Model, error) {
 		if fail.Load() {
 			return nil, io.ErrUnexpectedEOF
 		}
@@ -725,7 +725,7 @@ func (b *batchFake) DecideBatch(ctxs []context.Context, reqs []*api.Request) ([]
 func TestBatchModel(t *testing.T) {
 	f := newFake()
 	bf := &batchFake{fakeModel: f}
-	_, ts := startServer(t, Config{MaxBatch: 8, Load: func(context.Context, *PrefixCache) (Model, error) { return bf, nil }})
+	_, ts := startServer(t, Config{MaxBatch: 8, Load: func(context.Context, *Prefixes) (Model, error) { return bf, nil }})
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {

@@ -4,8 +4,11 @@
 // positions are staged in threadgroup memory and shared by the 8 queries.
 // Grouped-query attention maps head h to kv head h / (n_head / n_kv). With
 // causal masking the key loop stops after the last query's position, so
-// fully masked blocks are never loaded. head_dim <= 128 (the thinker 128, the
-// vision encoder 72, the audio encoder 64). Grid (ceil(L/8), n_head, 1).
+// fully masked blocks are never loaded. With args.ranged each query sees the
+// keys [ranges[2i], ranges[2i+1]) (segments of cu_seqlens, sliding windows:
+// the host resolves the masks) and the key loop covers only the union of the
+// block's ranges. head_dim <= 128 (the thinker 128, the vision encoder 72,
+// the audio encoder 64). Grid (ceil(L/8), n_head, 1).
 #include <metal_stdlib>
 #include "kargs.h"
 using namespace metal;
@@ -14,11 +17,36 @@ using namespace metal;
 #define FA_KV 16
 #define FA_DMAX 128
 
+// attn_keys returns the keys [lo, hi) query qi (at key position qpos) sees.
+static inline int2 attn_keys(constant kargs_attn &args, device const int *ranges, int qi, int qpos) {
+  if (args.ranged) {
+    return int2(ranges[2 * qi], ranges[2 * qi + 1]);
+  }
+  return int2(0, args.causal ? min(args.Lk, qpos + 1) : args.Lk);
+}
+
+// attn_block_keys returns the union [lo, hi) of the key ranges of queries
+// q0..q0+nq-1 (those below L): the same value in every thread.
+static inline int2 attn_block_keys(constant kargs_attn &args, device const int *ranges, int q0, int nq) {
+  const int q1 = min(q0 + nq, args.L);
+  if (!args.ranged) {
+    // Causal: past the block's last query nothing is seen.
+    return int2(0, args.causal ? min(args.Lk, args.Lk - args.L + q1) : args.Lk);
+  }
+  int lo = args.Lk, hi = 0;
+  for (int qi = q0; qi < q1; qi++) {
+    lo = min(lo, ranges[2 * qi]);
+    hi = max(hi, ranges[2 * qi + 1]);
+  }
+  return int2(lo, hi);
+}
+
 kernel void flash_attn_f32(constant kargs_attn &args [[buffer(0)]],
                            device const float *q [[buffer(1)]],
                            device const float *k [[buffer(2)]],
                            device const float *v [[buffer(3)]],
                            device float *o [[buffer(4)]],
+                           device const int *ranges [[buffer(5)]],
                            uint3 tgpig [[threadgroup_position_in_grid]],
                            ushort tiitg [[thread_index_in_threadgroup]],
                            ushort tiisg [[thread_index_in_simdgroup]],
@@ -38,22 +66,20 @@ kernel void flash_attn_f32(constant kargs_attn &args [[buffer(0)]],
   const bool qvalid = qi < args.L;
   const int offset = args.Lk - args.L; // query i sits at key position offset + i
   const int qpos = offset + qi;
+  const int2 keys = qvalid ? attn_keys(args, ranges, qi, qpos) : int2(0, 0);
 
   for (int idx = tiitg; idx < FA_Q * D; idx += 128) {
     const int r = idx / D, d = idx % D;
     sq[r * FA_DMAX + d] = q0 + r < args.L ? q[(ulong)(q0 + r) * args.q_stride + h * D + d] : 0.0f;
   }
 
-  int kend = args.Lk;
-  if (args.causal) {
-    kend = min(args.Lk, offset + min(q0 + FA_Q, args.L)); // past the block's last query
-  }
+  const int2 span = attn_block_keys(args, ranges, q0, FA_Q);
   float m = -INFINITY, l = 0.0f;
   float acc[FA_DMAX / 16];
   for (int i = 0; i < FA_DMAX / 16; i++) {
     acc[i] = 0.0f;
   }
-  for (int kb = 0; kb < kend; kb += FA_KV) {
+  for (int kb = span.x; kb < span.y; kb += FA_KV) {
     threadgroup_barrier(mem_flags::mem_threadgroup);
     for (int idx = tiitg; idx < FA_KV * D; idx += 128) {
       const int r = idx / D, d = idx % D;
@@ -64,7 +90,7 @@ kernel void flash_attn_f32(constant kargs_attn &args [[buffer(0)]],
     threadgroup_barrier(mem_flags::mem_threadgroup);
     const int kp = kb + j;
     float s = -INFINITY;
-    if (qvalid && kp < args.Lk && (!args.causal || kp <= qpos)) {
+    if (kp >= keys.x && kp < keys.y) {
       float qk = 0.0f;
       for (int d = 0; d < D; d++) {
         qk += sq[qq * FA_DMAX + d] * sk[j * FA_DMAX + d];
@@ -124,7 +150,8 @@ kernel void flash_attn_f32(constant kargs_attn &args [[buffer(0)]],
 
 template <int D>
 static inline void flash_attn_mma_impl(constant kargs_attn &args, device const float *q, device const float *k,
-                                       device const float *v, device float *o, threadgroup float *skv,
+                                       device const float *v, device float *o, device const int *ranges,
+                                       threadgroup float *skv,
                                        threadgroup float *ss_all, threadgroup float *sd_all, uint3 tgpig,
                                        ushort tiitg, ushort tiisg, ushort sgitg) {
   const int ND = D / 8;
@@ -152,14 +179,12 @@ static inline void flash_attn_mma_impl(constant kargs_attn &args, device const f
   const int kq = 4 * (tiisg % 4);   // and its 4 keys within a block
   const int qi = q0 + 8 * sgitg + r;
   const int qpos = offset + qi;
+  const int2 keys = qi < args.L ? attn_keys(args, ranges, qi, qpos) : int2(0, 0);
   float m = -INFINITY, l = 0.0f;
-  int kend = args.Lk;
-  if (args.causal) {
-    kend = min(args.Lk, offset + min(q0 + FM_Q, args.L)); // no block past the last query is loaded
-  }
+  const int2 span = attn_block_keys(args, ranges, q0, FM_Q); // no block outside the queries' keys is loaded
   threadgroup float *sk = skv;
   threadgroup float *sv = skv + FM_KV * FM_DMAX;
-  for (int kb = 0; kb < kend; kb += FM_KV) {
+  for (int kb = span.x; kb < span.y; kb += FM_KV) {
     threadgroup_barrier(mem_flags::mem_threadgroup);
     for (int idx = tiitg; idx < FM_KV * D; idx += 128) {
       const int key = idx / D, d = idx % D;
@@ -184,7 +209,7 @@ static inline void flash_attn_mma_impl(constant kargs_attn &args, device const f
     float bmax = -INFINITY;
     for (int t = 0; t < 4; t++) {
       const int kp = kb + kq + t;
-      const bool live = qi < args.L && kp < args.Lk && (!args.causal || kp <= qpos);
+      const bool live = kp >= keys.x && kp < keys.y;
       sc[t] = live ? ss[r * FM_KV + kq + t] : -INFINITY;
       bmax = max(bmax, sc[t]);
     }
@@ -236,11 +261,12 @@ static inline void flash_attn_mma_impl(constant kargs_attn &args, device const f
   }
 }
 
-#define FM_PARAMS                                                                                       \
-  constant kargs_attn &args [[buffer(0)]], device const float *q [[buffer(1)]],                        \
+#define FM_PARAMS                                                                                            \
+  constant kargs_attn &args [[buffer(0)]], device const float *q [[buffer(1)]],                             \
       device const float *k [[buffer(2)]], device const float *v [[buffer(3)]], device float *o [[buffer(4)]], \
-      uint3 tgpig [[threadgroup_position_in_grid]], ushort tiitg [[thread_index_in_threadgroup]],       \
-      ushort tiisg [[thread_index_in_simdgroup]], ushort sgitg [[simdgroup_index_in_threadgroup]]
+      device const int *ranges [[buffer(5)]], uint3 tgpig [[threadgroup_position_in_grid]],                 \
+      ushort tiitg [[thread_index_in_threadgroup]], ushort tiisg [[thread_index_in_simdgroup]],             \
+      ushort sgitg [[simdgroup_index_in_threadgroup]]
 #define FM_TG                                                                                           \
   threadgroup float skv[2 * FM_KV * FM_DMAX];                                                           \
   threadgroup float ss[4 * 8 * FM_KV];                                                                  \
@@ -248,13 +274,13 @@ static inline void flash_attn_mma_impl(constant kargs_attn &args, device const f
 
 kernel void flash_attn_mma_d32(FM_PARAMS) {
   FM_TG;
-  flash_attn_mma_impl<32>(args, q, k, v, o, skv, ss, sd, tgpig, tiitg, tiisg, sgitg);
+  flash_attn_mma_impl<32>(args, q, k, v, o, ranges, skv, ss, sd, tgpig, tiitg, tiisg, sgitg);
 }
 kernel void flash_attn_mma_d64(FM_PARAMS) {
   FM_TG;
-  flash_attn_mma_impl<64>(args, q, k, v, o, skv, ss, sd, tgpig, tiitg, tiisg, sgitg);
+  flash_attn_mma_impl<64>(args, q, k, v, o, ranges, skv, ss, sd, tgpig, tiitg, tiisg, sgitg);
 }
 kernel void flash_attn_mma_d128(FM_PARAMS) {
   FM_TG;
-  flash_attn_mma_impl<128>(args, q, k, v, o, skv, ss, sd, tgpig, tiitg, tiisg, sgitg);
+  flash_attn_mma_impl<128>(args, q, k, v, o, ranges, skv, ss, sd, tgpig, tiitg, tiisg, sgitg);
 }

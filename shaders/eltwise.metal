@@ -90,6 +90,18 @@ kernel void gelu_tanh_f32(constant kargs_eltwise &args [[buffer(0)]],
   }
 }
 
+// y[r][c] = a[r][c] + b[c]: a bias of cols values added to every row of a
+// (n = rows * cols elements).
+kernel void add_bias_f32(constant kargs_eltwise &args [[buffer(0)]],
+                         device const float *a [[buffer(1)]],
+                         device const float *b [[buffer(2)]],
+                         device float *y [[buffer(3)]],
+                         uint i [[thread_position_in_grid]]) {
+  if ((int)i < args.n) {
+    y[i] = a[i] + b[i % args.cols];
+  }
+}
+
 // y = a
 kernel void copy_f32(constant kargs_eltwise &args [[buffer(0)]],
                      device const float *a [[buffer(1)]],
@@ -115,5 +127,56 @@ kernel void add_rows_f32(constant kargs_add_rows &args [[buffer(0)]],
   const int dst = rows[r];
   if (dst >= 0 && dst < args.rows) {
     y[(ulong)dst * args.cols + c] += src[i];
+  }
+}
+
+// y = x^T: x [rows][cols] (n = rows * cols, cols = args.cols), y [cols][rows].
+// One thread per element of x.
+kernel void transpose_f32(constant kargs_eltwise &args [[buffer(0)]],
+                          device const float *x [[buffer(1)]],
+                          device float *y [[buffer(2)]],
+                          uint i [[thread_position_in_grid]]) {
+  if ((int)i < args.n) {
+    const int rows = args.n / args.cols;
+    const int r = i / args.cols, c = i % args.cols;
+    y[(ulong)c * rows + r] = x[i];
+  }
+}
+
+// y[r] = [a[r], b[r], a[r] * b[r], |a[r] - b[r]|] for a, b [rows][cols]
+// (n = rows * cols, cols = args.cols), y [rows][4 * cols]: the matching
+// features of a pair of vectors. One thread per element of a.
+kernel void pair_features_f32(constant kargs_eltwise &args [[buffer(0)]],
+                              device const float *a [[buffer(1)]],
+                              device const float *b [[buffer(2)]],
+                              device float *y [[buffer(3)]],
+                              uint i [[thread_position_in_grid]]) {
+  if ((int)i < args.n) {
+    const int r = i / args.cols, c = i % args.cols;
+    device float *yr = y + (ulong)r * 4 * args.cols;
+    const float u = a[i], v = b[i];
+    yr[c] = u;
+    yr[args.cols + c] = v;
+    yr[2 * args.cols + c] = u * v;
+    yr[3 * args.cols + c] = fabs(u - v);
+  }
+}
+
+// y[s][c] = mean of x[r][c] over the rows r in [spans[2s], spans[2s+1]),
+// summed in row order (n = spans * cols, cols = args.cols; the host checks
+// every span is non-empty and inside x). One thread per element of y.
+kernel void span_means_f32(constant kargs_eltwise &args [[buffer(0)]],
+                           device const float *x [[buffer(1)]],
+                           device const int *spans [[buffer(2)]],
+                           device float *y [[buffer(3)]],
+                           uint i [[thread_position_in_grid]]) {
+  if ((int)i < args.n) {
+    const int s = i / args.cols, c = i % args.cols;
+    const int lo = spans[2 * s], hi = spans[2 * s + 1];
+    float acc = 0.0f;
+    for (int r = lo; r < hi; r++) {
+      acc += x[(ulong)r * args.cols + c];
+    }
+    y[i] = acc / float(hi - lo);
   }
 }

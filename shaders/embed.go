@@ -1,9 +1,10 @@
 // Package shaders holds the Metal kernels of the runtime as MSL source: one
 // .metal file per op family, kargs.h (the argument structs shared with the
-// host, mirrored in metal/kargs.go) and quants.h (the block decoders shared by
-// every quantized kernel). The host compiles Library() at run time with
-// newLibraryWithSource; emu compiles each file as C++ for the CPU emulation
-// harness (make shader-test).
+// host, mirrored field by field in Go by kargs.go) and quants.h (the block
+// decoders shared by every quantized kernel). The host (metal) compiles
+// Library() at run time with newLibraryWithSource and fills the kargs
+// mirrors; internal/mslemu compiles each file as C++ for the CPU emulation
+// harness that the tests of this package run (make shader-test).
 package shaders
 
 import (

@@ -11,12 +11,12 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/clefrt/clef/internal/mslemu"
 	"github.com/clefrt/clef/shaders"
-	"github.com/clefrt/clef/shaders/emu"
 )
 
 // A kernelCase checks one kernel on the emulator against a Go reference.
-type kernelCase func(t *testing.T, h *emu.Harness, rng *rand.Rand)
+type kernelCase func(t *testing.T, h *mslemu.Harness, rng *rand.Rand)
 
 // cases maps each kernel name to its checks; every kernel in shaders/ must
 // have at least one (TestKernels fails otherwise).
@@ -26,7 +26,7 @@ func register(name string, c kernelCase) { cases[name] = append(cases[name], c) 
 
 var (
 	buildOnce sync.Once
-	harnesses map[string]*emu.Harness // by kernel name
+	harnesses map[string]*mslemu.Harness // by kernel name
 	buildErr  error
 	workDir   string
 )
@@ -37,7 +37,7 @@ func buildAll(t *testing.T) {
 		if buildErr != nil {
 			return
 		}
-		harnesses = map[string]*emu.Harness{}
+		harnesses = map[string]*mslemu.Harness{}
 		var mu sync.Mutex
 		var wg sync.WaitGroup
 		sem := make(chan struct{}, 2)
@@ -48,7 +48,7 @@ func buildAll(t *testing.T) {
 				defer wg.Done()
 				sem <- struct{}{}
 				defer func() { <-sem }()
-				h, err := emu.Build(workDir, f)
+				h, err := mslemu.Build(workDir, f)
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil {
@@ -73,7 +73,7 @@ func buildAll(t *testing.T) {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	seen := map[*emu.Harness]bool{}
+	seen := map[*mslemu.Harness]bool{}
 	for _, h := range harnesses {
 		if !seen[h] {
 			seen[h] = true
@@ -93,12 +93,12 @@ func TestLint(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, e := range emu.Lint(f, src) {
+		for _, e := range mslemu.Lint(f, src) {
 			t.Error(e)
 		}
 	}
 	src, _ := shaders.Read("kargs.h")
-	for _, e := range emu.Lint("kargs.h", src) {
+	for _, e := range mslemu.Lint("kargs.h", src) {
 		t.Error(e)
 	}
 }
@@ -115,14 +115,14 @@ func TestLintCatches(t *testing.T) {
 		"  threadgroup int n = 0;",
 	}
 	for _, s := range bad {
-		if len(emu.Lint("x.metal", []byte(s))) == 0 {
+		if len(mslemu.Lint("x.metal", []byte(s))) == 0 {
 			t.Errorf("lint accepted %q", s)
 		}
 	}
 	good := []string{"float4 y = float4(x);", "  threadgroup float partial[32];", "half h = half(1.0f);",
 		"  threadgroup float *sa = shmem;", "f(threadgroup float *p, threadgroup int *q)"}
 	for _, s := range good {
-		if errs := emu.Lint("x.metal", []byte(s)); len(errs) != 0 {
+		if errs := mslemu.Lint("x.metal", []byte(s)); len(errs) != 0 {
 			t.Errorf("lint rejected %q: %v", s, errs)
 		}
 	}
@@ -139,9 +139,9 @@ func TestKernels(t *testing.T) {
 			os.WriteFile(p, []byte(line+"\n"), 0o644)
 		}
 	}
-	if !emu.Available() {
+	if !mslemu.Available() {
 		summary(0)
-		t.Skipf("%s not found: install clang-19 to run the MSL emulation harness", emu.Clang)
+		t.Skipf("%s not found: install clang-19 to run the MSL emulation harness", mslemu.Clang)
 	}
 	buildAll(t)
 	seen := map[string]bool{}
@@ -190,7 +190,7 @@ func randF32(rng *rand.Rand, n int, scale float64) []float32 {
 	return v
 }
 
-func runJob(t *testing.T, h *emu.Harness, job *emu.Job) [][]byte {
+func runJob(t *testing.T, h *mslemu.Harness, job *mslemu.Job) [][]byte {
 	t.Helper()
 	out, err := h.Run(job)
 	if err != nil {

@@ -15,10 +15,12 @@
 #define KARGS_ULONG uint64_t
 #endif
 
-// Elementwise ops over n elements (add, mul, silu_mul, gelu, scale).
+// Elementwise ops over n elements (add, mul, silu_mul, gelu, scale, add_bias).
 typedef struct {
   KARGS_INT n;      // elements
   float alpha;      // scale (scale_f32)
+  KARGS_INT cols;   // add_bias_f32: elements per row (the bias length)
+  KARGS_INT _pad;
 } kargs_eltwise;
 
 // RMSNorm / LayerNorm over rows of cols elements: y = norm(x) * w (+ b).
@@ -28,7 +30,7 @@ typedef struct {
   KARGS_INT x_stride; // elements between rows of x
   KARGS_INT y_stride; // elements between rows of y
   float eps;
-  KARGS_INT _pad;
+  KARGS_INT has_bias; // layer_norm_f32: add b (else b is not read)
 } kargs_norm;
 
 // Rotary embedding (NeoX pairing: dim i rotates with i + head_dim/2) over
@@ -99,7 +101,10 @@ typedef struct {
 } kargs_moe;
 
 // Attention: q [L][n_head][D], k/v [Lk][n_kv][D], o [L][n_head][D], all f32.
-// Query i sits at position (Lk - L + i); causal masks keys after it.
+// Query i sits at position (Lk - L + i); causal masks keys after it. With
+// ranged set, query i sees exactly keys [ranges[2i], ranges[2i+1]) (the host
+// resolves segments, windows and causality into the table) and causal is
+// not read.
 typedef struct {
   KARGS_INT L;
   KARGS_INT Lk;
@@ -112,7 +117,7 @@ typedef struct {
   KARGS_INT v_stride;
   KARGS_INT o_stride;
   float scale;
-  KARGS_INT _pad;
+  KARGS_INT ranged; // 1: per-query key ranges at buffer(5)
 } kargs_attn;
 
 #undef KARGS_INT

@@ -340,3 +340,34 @@ kernel void get_rows_q3_K(GR_PARAMS) { GR_CALL(fmt_q3_K); }
 kernel void get_rows_q2_K(GR_PARAMS) { GR_CALL(fmt_q2_K); }
 kernel void get_rows_mlx4(GR_PARAMS) { GR_CALL(fmt_mlx4); }
 kernel void get_rows_mlx8(GR_PARAMS) { GR_CALL(fmt_mlx8); }
+
+// Block-diagonal product of G = args.n_expert groups (GroupMatMul):
+// y[t][g*M + m] = sum_k x[t][g*K + k] * w[g*M + m][k] for the N rows t of x
+// (x_stride = G*K, y_stride = G*M elements between rows), x and w f32 (w
+// [G*M][K]). One simdgroup per element of y, 4 per threadgroup of 128;
+// grid (ceil(N*G*M / 4), 1, 1).
+kernel void group_matmul_f32(constant kargs_matmul &args [[buffer(0)]],
+                             device const float *x [[buffer(1)]],
+                             device const float *w [[buffer(2)]],
+                             device float *y [[buffer(3)]],
+                             uint3 tgpig [[threadgroup_position_in_grid]],
+                             ushort tiisg [[thread_index_in_simdgroup]],
+                             ushort sgitg [[simdgroup_index_in_threadgroup]]) {
+  const int cols = args.n_expert * args.M; // columns of y
+  const long o = (long)tgpig.x * 4 + sgitg;
+  if (o >= (long)args.N * cols) {
+    return; // uniform over the simdgroup
+  }
+  const int t = o / cols, j = o % cols;
+  const int g = j / args.M;
+  device const float *xr = x + (ulong)t * args.x_stride + (ulong)g * args.K;
+  device const float *wr = w + (ulong)j * args.K;
+  float s = 0.0f;
+  for (int k = tiisg; k < args.K; k += 32) {
+    s += xr[k] * wr[k];
+  }
+  s = simd_sum(s);
+  if (tiisg == 0) {
+    y[(ulong)t * args.y_stride + j] = s;
+  }
+}

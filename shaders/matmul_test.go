@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/clefrt/clef/metal"
-	"github.com/clefrt/clef/shaders/emu"
+	"github.com/clefrt/clef/internal/mslemu"
+	"github.com/clefrt/clef/shaders"
 )
 
 // weights is a test matrix [M][K] in one storage format with its exact
@@ -75,7 +75,7 @@ func loadPool(t *testing.T, f fmtInfo) *blockPool {
 		if err != nil {
 			t.Fatal(err)
 		}
-		deq := emu.ToF32(deqRaw)
+		deq := mslemu.ToF32(deqRaw)
 		n := len(raw) / f.blockBytes
 		if n*f.elems != len(deq) {
 			t.Fatalf("%s fixture: %d blocks but %d dequantized values", f.name, n, len(deq))
@@ -104,7 +104,7 @@ func makeWeights(t *testing.T, rng *rand.Rand, f fmtInfo, M, K int) *weights {
 	switch {
 	case f.name == "f32":
 		v := randF32(rng, M*K, 0.5)
-		w.data = emu.F32(v)
+		w.data = mslemu.F32(v)
 		for i, x := range v {
 			w.deq[i] = float64(x)
 		}
@@ -225,13 +225,13 @@ func nanF32(n int) []float32 {
 	return v
 }
 
-func matmulArgs(w *weights, N, xStride, yStride int) metal.KargsMatmul {
-	return metal.KargsMatmul{M: int32(w.M), N: int32(N), K: int32(w.K), XStride: int32(xStride), YStride: int32(yStride),
+func matmulArgs(w *weights, N, xStride, yStride int) shaders.KargsMatmul {
+	return shaders.KargsMatmul{M: int32(w.M), N: int32(N), K: int32(w.K), XStride: int32(xStride), YStride: int32(yStride),
 		GroupSize: int32(w.groupSize), RowBytes: uint64(w.rowBytes), SRowBytes: uint64(w.sRow), ScaleBF16: int32(w.sbf)}
 }
 
 func mulMvCase(f fmtInfo) kernelCase {
-	return func(t *testing.T, h *emu.Harness, rng *rand.Rand) {
+	return func(t *testing.T, h *mslemu.Harness, rng *rand.Rand) {
 		ks := []int{512}
 		if f.elems == 1 {
 			ks = []int{100, 512}
@@ -244,9 +244,9 @@ func mulMvCase(f fmtInfo) kernelCase {
 			y := nanF32(N * yStride)
 			args := matmulArgs(w, N, xStride, yStride)
 			name := "mul_mv_" + f.name
-			out := runJob(t, h, &emu.Job{Kernel: name, Grid: [3]int{groups(M, 4), N, 1}, Group: [3]int{64, 1, 1},
-				Buffers: []emu.Buffer{{Index: 0, Data: metal.Bytes(&args)}, {Index: 1, Data: w.data}, {Index: 2, Data: w.sc}, {Index: 3, Data: w.bi}, {Index: 4, Data: emu.F32(x)}, {Index: 5, Data: emu.F32(y)}}})
-			got := emu.ToF32(out[5])
+			out := runJob(t, h, &mslemu.Job{Kernel: name, Grid: [3]int{groups(M, 4), N, 1}, Group: [3]int{64, 1, 1},
+				Buffers: []mslemu.Buffer{{Index: 0, Data: shaders.Bytes(&args)}, {Index: 1, Data: w.data}, {Index: 2, Data: w.sc}, {Index: 3, Data: w.bi}, {Index: 4, Data: mslemu.F32(x)}, {Index: 5, Data: mslemu.F32(y)}}})
+			got := mslemu.ToF32(out[5])
 			want, abs := matmulRef(w, x, xStride, func(n int) int { return n }, N)
 			for n := 0; n < N; n++ {
 				checkAbsRef(t, fmt.Sprintf("%s K=%d row %d", name, K, n), got[n*yStride:n*yStride+M], want[n*M:(n+1)*M], abs[n*M:(n+1)*M], 2e-6)
@@ -261,7 +261,7 @@ func mulMvCase(f fmtInfo) kernelCase {
 }
 
 func mulMmCase(f fmtInfo) kernelCase {
-	return func(t *testing.T, h *emu.Harness, rng *rand.Rand) {
+	return func(t *testing.T, h *mslemu.Harness, rng *rand.Rand) {
 		for _, sh := range []struct {
 			M, N, K int
 			direct  bool
@@ -280,10 +280,10 @@ func mulMmCase(f fmtInfo) kernelCase {
 			if sh.direct {
 				fc[0] = 1
 			}
-			out := runJob(t, h, &emu.Job{Kernel: name, Grid: [3]int{groups(N, 32), groups(M, 64), 1}, Group: [3]int{128, 1, 1},
-				Consts:  []emu.Const{{Index: 0, Value: fc}},
-				Buffers: []emu.Buffer{{Index: 0, Data: metal.Bytes(&args)}, {Index: 1, Data: w.data}, {Index: 2, Data: w.sc}, {Index: 3, Data: w.bi}, {Index: 4, Data: emu.F32(x)}, {Index: 5, Data: emu.F32(y)}}})
-			got := emu.ToF32(out[5])
+			out := runJob(t, h, &mslemu.Job{Kernel: name, Grid: [3]int{groups(N, 32), groups(M, 64), 1}, Group: [3]int{128, 1, 1},
+				Consts:  []mslemu.Const{{Index: 0, Value: fc}},
+				Buffers: []mslemu.Buffer{{Index: 0, Data: shaders.Bytes(&args)}, {Index: 1, Data: w.data}, {Index: 2, Data: w.sc}, {Index: 3, Data: w.bi}, {Index: 4, Data: mslemu.F32(x)}, {Index: 5, Data: mslemu.F32(y)}}})
+			got := mslemu.ToF32(out[5])
 			want, abs := matmulRef(w, x, xStride, func(n int) int { return n }, N)
 			for n := 0; n < N; n++ {
 				checkAbsRef(t, fmt.Sprintf("%s direct=%v token %d", name, sh.direct, n), got[n*yStride:n*yStride+M], want[n*M:(n+1)*M], abs[n*M:(n+1)*M], 2e-6)
@@ -321,7 +321,7 @@ func routing(rng *rand.Rand, T, E, topk int) (ids []int32, counts []int32, lists
 }
 
 func mulMmIDCase(f fmtInfo) kernelCase {
-	return func(t *testing.T, h *emu.Harness, rng *rand.Rand) {
+	return func(t *testing.T, h *mslemu.Harness, rng *rand.Rand) {
 		E, topk, T, M, K := 3, 2, 37, 67, 256
 		for _, perSlot := range []int{0, 1} {
 			var ws []*weights
@@ -371,10 +371,10 @@ func mulMmIDCase(f fmtInfo) kernelCase {
 			} else {
 				tiles = []int32{-1, -1} // must not be read
 			}
-			out := runJob(t, h, &emu.Job{Kernel: name, Grid: grid, Group: [3]int{128, 1, 1},
-				Buffers: []emu.Buffer{{Index: 0, Data: metal.Bytes(&args)}, {Index: 1, Data: data}, {Index: 2, Data: sc}, {Index: 3, Data: bi}, {Index: 4, Data: emu.F32(x)}, {Index: 5, Data: emu.F32(y)},
-					{Index: 6, Data: emu.I32(counts)}, {Index: 7, Data: emu.I32(lists)}, {Index: 8, Data: emu.I32(tiles)}}})
-			got := emu.ToF32(out[5])
+			out := runJob(t, h, &mslemu.Job{Kernel: name, Grid: grid, Group: [3]int{128, 1, 1},
+				Buffers: []mslemu.Buffer{{Index: 0, Data: shaders.Bytes(&args)}, {Index: 1, Data: data}, {Index: 2, Data: sc}, {Index: 3, Data: bi}, {Index: 4, Data: mslemu.F32(x)}, {Index: 5, Data: mslemu.F32(y)},
+					{Index: 6, Data: mslemu.I32(counts)}, {Index: 7, Data: mslemu.I32(lists)}, {Index: 8, Data: mslemu.I32(tiles)}}})
+			got := mslemu.ToF32(out[5])
 			for tk := 0; tk < T; tk++ {
 				for s := 0; s < topk; s++ {
 					entry := tk*topk + s
@@ -403,7 +403,7 @@ func regroup(t *testing.T, rng *rand.Rand, f fmtInfo, w, ref *weights) *weights 
 }
 
 func getRowsCase(f fmtInfo) kernelCase {
-	return func(t *testing.T, h *emu.Harness, rng *rand.Rand) {
+	return func(t *testing.T, h *mslemu.Harness, rng *rand.Rand) {
 		rows, cols := 8, 512
 		var w *weights
 		if f.fixture != "" {
@@ -424,13 +424,13 @@ func getRowsCase(f fmtInfo) kernelCase {
 			w = makeWeights(t, rng, f, rows, cols)
 		}
 		ids := []int32{3, 0, 7, 3, 5, 1, 6, 2, 4}
-		args := metal.KargsGetRows{NIDs: int32(len(ids)), Cols: int32(cols), RowBytes: uint64(w.rowBytes), SRowBytes: uint64(w.sRow),
+		args := shaders.KargsGetRows{NIDs: int32(len(ids)), Cols: int32(cols), RowBytes: uint64(w.rowBytes), SRowBytes: uint64(w.sRow),
 			GroupSize: int32(w.groupSize), ScaleBF16: int32(w.sbf), NRows: int32(rows)}
 		y := nanF32(len(ids) * cols)
 		name := "get_rows_" + f.name
-		out := runJob(t, h, &emu.Job{Kernel: name, Grid: [3]int{len(ids), 1, 1}, Group: [3]int{64, 1, 1},
-			Buffers: []emu.Buffer{{Index: 0, Data: metal.Bytes(&args)}, {Index: 1, Data: w.data}, {Index: 2, Data: w.sc}, {Index: 3, Data: w.bi}, {Index: 4, Data: emu.I32(ids)}, {Index: 5, Data: emu.F32(y)}}})
-		got := emu.ToF32(out[5])
+		out := runJob(t, h, &mslemu.Job{Kernel: name, Grid: [3]int{len(ids), 1, 1}, Group: [3]int{64, 1, 1},
+			Buffers: []mslemu.Buffer{{Index: 0, Data: shaders.Bytes(&args)}, {Index: 1, Data: w.data}, {Index: 2, Data: w.sc}, {Index: 3, Data: w.bi}, {Index: 4, Data: mslemu.I32(ids)}, {Index: 5, Data: mslemu.F32(y)}}})
+		got := mslemu.ToF32(out[5])
 		for i, id := range ids {
 			for c := 0; c < cols; c++ {
 				g, want := got[i*cols+c], w.deq[int(id)*cols+c]
@@ -446,9 +446,9 @@ func getRowsCase(f fmtInfo) kernelCase {
 		// An id outside the table gives NaN, never a read outside it.
 		bad := []int32{int32(rows)}
 		args.NIDs = 1
-		out = runJob(t, h, &emu.Job{Kernel: name, Grid: [3]int{1, 1, 1}, Group: [3]int{64, 1, 1},
-			Buffers: []emu.Buffer{{Index: 0, Data: metal.Bytes(&args)}, {Index: 1, Data: w.data}, {Index: 2, Data: w.sc}, {Index: 3, Data: w.bi}, {Index: 4, Data: emu.I32(bad)}, {Index: 5, Data: emu.F32(make([]float32, cols))}}})
-		if v := emu.ToF32(out[5])[0]; !math.IsNaN(float64(v)) {
+		out = runJob(t, h, &mslemu.Job{Kernel: name, Grid: [3]int{1, 1, 1}, Group: [3]int{64, 1, 1},
+			Buffers: []mslemu.Buffer{{Index: 0, Data: shaders.Bytes(&args)}, {Index: 1, Data: w.data}, {Index: 2, Data: w.sc}, {Index: 3, Data: w.bi}, {Index: 4, Data: mslemu.I32(bad)}, {Index: 5, Data: mslemu.F32(make([]float32, cols))}}})
+		if v := mslemu.ToF32(out[5])[0]; !math.IsNaN(float64(v)) {
 			t.Fatalf("%s: out-of-range id gave %g, want NaN", name, v)
 		}
 	}
@@ -467,23 +467,23 @@ func init() {
 // given a misaligned address (x86 would load it anyway; a GPU may not). A
 // q4_K row of 146 bytes puts row 1 at a 2-byte boundary.
 func TestWideLoadAlignment(t *testing.T) {
-	if !emu.Available() {
-		t.Skipf("%s not found", emu.Clang)
+	if !mslemu.Available() {
+		t.Skipf("%s not found", mslemu.Clang)
 	}
 	buildAll(t)
 	h := harnesses["get_rows_q4_K"]
-	args := metal.KargsGetRows{NIDs: 1, Cols: 256, RowBytes: 146, NRows: 2}
+	args := shaders.KargsGetRows{NIDs: 1, Cols: 256, RowBytes: 146, NRows: 2}
 	w := make([]byte, 2*146)
-	_, err := h.Run(&emu.Job{Kernel: "get_rows_q4_K", Grid: [3]int{1, 1, 1}, Group: [3]int{64, 1, 1},
-		Buffers: []emu.Buffer{{Index: 0, Data: metal.Bytes(&args)}, {Index: 1, Data: w}, {Index: 2, Data: w}, {Index: 3, Data: w},
-			{Index: 4, Data: emu.I32([]int32{1})}, {Index: 5, Data: make([]byte, 4*256)}}})
+	_, err := h.Run(&mslemu.Job{Kernel: "get_rows_q4_K", Grid: [3]int{1, 1, 1}, Group: [3]int{64, 1, 1},
+		Buffers: []mslemu.Buffer{{Index: 0, Data: shaders.Bytes(&args)}, {Index: 1, Data: w}, {Index: 2, Data: w}, {Index: 3, Data: w},
+			{Index: 4, Data: mslemu.I32([]int32{1})}, {Index: 5, Data: make([]byte, 4*256)}}})
 	if err == nil || !strings.Contains(err.Error(), "misaligned") {
 		t.Fatalf("misaligned q4_K row: got %v, want a misaligned-load error", err)
 	}
 	args.RowBytes = 144 // and the aligned layout runs
-	if _, err := h.Run(&emu.Job{Kernel: "get_rows_q4_K", Grid: [3]int{1, 1, 1}, Group: [3]int{64, 1, 1},
-		Buffers: []emu.Buffer{{Index: 0, Data: metal.Bytes(&args)}, {Index: 1, Data: w}, {Index: 2, Data: w}, {Index: 3, Data: w},
-			{Index: 4, Data: emu.I32([]int32{1})}, {Index: 5, Data: make([]byte, 4*256)}}}); err != nil {
+	if _, err := h.Run(&mslemu.Job{Kernel: "get_rows_q4_K", Grid: [3]int{1, 1, 1}, Group: [3]int{64, 1, 1},
+		Buffers: []mslemu.Buffer{{Index: 0, Data: shaders.Bytes(&args)}, {Index: 1, Data: w}, {Index: 2, Data: w}, {Index: 3, Data: w},
+			{Index: 4, Data: mslemu.I32([]int32{1})}, {Index: 5, Data: make([]byte, 4*256)}}}); err != nil {
 		t.Fatal(err)
 	}
 }

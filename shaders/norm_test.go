@@ -5,12 +5,14 @@ import (
 	"math/rand"
 	"testing"
 
-	"github.com/clefrt/clef/metal"
-	"github.com/clefrt/clef/shaders/emu"
+	"github.com/clefrt/clef/internal/mslemu"
+	"github.com/clefrt/clef/shaders"
 )
 
-func normCase(layer bool) kernelCase {
-	return func(t *testing.T, h *emu.Harness, rng *rand.Rand) {
+// normCase checks rms_norm_f32, or layer_norm_f32 with or without its bias
+// (without, the bias buffer holds NaN: it must not be read).
+func normCase(layer, bias bool) kernelCase {
+	return func(t *testing.T, h *mslemu.Harness, rng *rand.Rand) {
 		for _, sh := range []struct{ rows, cols, threads int }{{3, 128, 32}, {5, 2048, 256}, {2, 1153, 256}, {1, 72, 64}} {
 			xs, ys := sh.cols+3, sh.cols+5
 			x := randF32(rng, sh.rows*xs, 1.5)
@@ -20,17 +22,22 @@ func normCase(layer bool) kernelCase {
 			for i := range y {
 				y[i] = float32(math.NaN())
 			}
-			args := metal.KargsNorm{Rows: int32(sh.rows), Cols: int32(sh.cols), XStride: int32(xs), YStride: int32(ys), Eps: 1e-6}
+			args := shaders.KargsNorm{Rows: int32(sh.rows), Cols: int32(sh.cols), XStride: int32(xs), YStride: int32(ys), Eps: 1e-6}
+			if bias {
+				args.HasBias = 1
+			} else {
+				b = nanF32(sh.cols)
+			}
 			name := "rms_norm_f32"
-			bufs := []emu.Buffer{{Index: 0, Data: metal.Bytes(&args)}, {Index: 1, Data: emu.F32(x)}, {Index: 2, Data: emu.F32(w)}}
+			bufs := []mslemu.Buffer{{Index: 0, Data: shaders.Bytes(&args)}, {Index: 1, Data: mslemu.F32(x)}, {Index: 2, Data: mslemu.F32(w)}}
 			if layer {
 				name = "layer_norm_f32"
-				bufs = append(bufs, emu.Buffer{Index: 3, Data: emu.F32(b)}, emu.Buffer{Index: 4, Data: emu.F32(y)})
+				bufs = append(bufs, mslemu.Buffer{Index: 3, Data: mslemu.F32(b)}, mslemu.Buffer{Index: 4, Data: mslemu.F32(y)})
 			} else {
-				bufs = append(bufs, emu.Buffer{Index: 3, Data: emu.F32(y)})
+				bufs = append(bufs, mslemu.Buffer{Index: 3, Data: mslemu.F32(y)})
 			}
-			out := runJob(t, h, &emu.Job{Kernel: name, Grid: [3]int{sh.rows, 1, 1}, Group: [3]int{sh.threads, 1, 1}, Buffers: bufs})
-			got := emu.ToF32(out[len(out)-1])
+			out := runJob(t, h, &mslemu.Job{Kernel: name, Grid: [3]int{sh.rows, 1, 1}, Group: [3]int{sh.threads, 1, 1}, Buffers: bufs})
+			got := mslemu.ToF32(out[len(out)-1])
 			for r := 0; r < sh.rows; r++ {
 				xr := x[r*xs : r*xs+sh.cols]
 				var mean, ss float64
@@ -47,7 +54,7 @@ func normCase(layer bool) kernelCase {
 				want := make([]float64, sh.cols)
 				for c := range want {
 					want[c] = (float64(xr[c]) - mean) * scale * float64(w[c])
-					if layer {
+					if bias {
 						want[c] += float64(b[c])
 					}
 				}
@@ -106,7 +113,7 @@ func interleavedStreams(half, secH, secW int) []int32 {
 	return s
 }
 
-func ropeCase(t *testing.T, h *emu.Harness, rng *rand.Rand) {
+func ropeCase(t *testing.T, h *mslemu.Harness, rng *rand.Rand) {
 	for _, sh := range []struct {
 		tokens, heads, dim int
 		mrope, inPlace     bool
@@ -127,28 +134,62 @@ func ropeCase(t *testing.T, h *emu.Harness, rng *rand.Rand) {
 		if !sh.inPlace {
 			yStride = stride + 3
 		}
-		args := metal.KargsRope{Tokens: int32(sh.tokens), Heads: int32(sh.heads), HeadDim: int32(sh.dim), XStride: int32(stride), YStride: int32(yStride)}
-		bufs := []emu.Buffer{{Index: 0, Data: metal.Bytes(&args)}, {Index: 1, Data: emu.F32(x)}, {Index: 2, Data: emu.I32(pos)},
-			{Index: 3, Data: emu.F32(inv)}, {Index: 4, Data: emu.I32(streams)}}
-		job := &emu.Job{Kernel: "rope_f32", Grid: [3]int{groups(sh.dim/2, 32), sh.heads, sh.tokens}, Group: [3]int{32, 1, 1}, Buffers: bufs}
+		args := shaders.KargsRope{Tokens: int32(sh.tokens), Heads: int32(sh.heads), HeadDim: int32(sh.dim), XStride: int32(stride), YStride: int32(yStride)}
+		bufs := []mslemu.Buffer{{Index: 0, Data: shaders.Bytes(&args)}, {Index: 1, Data: mslemu.F32(x)}, {Index: 2, Data: mslemu.I32(pos)},
+			{Index: 3, Data: mslemu.F32(inv)}, {Index: 4, Data: mslemu.I32(streams)}}
+		job := &mslemu.Job{Kernel: "rope_f32", Grid: [3]int{groups(sh.dim/2, 32), sh.heads, sh.tokens}, Group: [3]int{32, 1, 1}, Buffers: bufs}
 		yi := 1
 		if sh.inPlace {
 			job.Alias = map[int]int{5: 1} // y is x
 		} else {
-			job.Buffers = append(job.Buffers, emu.Buffer{Index: 5, Data: emu.F32(nanF32(sh.tokens * yStride))})
+			job.Buffers = append(job.Buffers, mslemu.Buffer{Index: 5, Data: mslemu.F32(nanF32(sh.tokens * yStride))})
 			yi = 5
 		}
 		out := runJob(t, h, job)
 		want := ropeRef(x, pos, inv, streams, sh.tokens, sh.heads, sh.dim, stride)
-		got := emu.ToF32(out[map[int]int{1: 1, 5: 5}[yi]])
+		got := mslemu.ToF32(out[map[int]int{1: 1, 5: 5}[yi]])
 		for tk := 0; tk < sh.tokens; tk++ {
 			checkClose(t, "rope_f32", got[tk*yStride:tk*yStride+sh.heads*sh.dim], want[tk*stride:tk*stride+sh.heads*sh.dim], 2e-5, 1e-5)
 		}
 	}
 }
 
+// ropeVisionCase checks the vision encoder's 2-D table: head_dim/4
+// frequencies of theta 1e4 over head_dim/2, once for the row (stream 1), once
+// for the column (stream 2), over the patches of a grid (two frames).
+func ropeVisionCase(t *testing.T, h *mslemu.Harness, rng *rand.Rand) {
+	for _, sh := range []struct{ dim, gh, gw, heads int }{{72, 4, 6, 16}, {40, 3, 5, 3}} {
+		q := sh.dim / 4
+		f := invFreq(1e4, sh.dim/2)
+		inv := append(append([]float32(nil), f...), f...)
+		streams := make([]int32, sh.dim/2)
+		for j := q; j < 2*q; j++ {
+			streams[j-q], streams[j] = 1, 2
+		}
+		var pos []int32
+		for tf := 0; tf < 2; tf++ {
+			for y := 0; y < sh.gh; y++ {
+				for x := 0; x < sh.gw; x++ {
+					pos = append(pos, int32(tf), int32(y), int32(x))
+				}
+			}
+		}
+		tokens := len(pos) / 3
+		stride := sh.heads * sh.dim
+		x := randF32(rng, tokens*stride, 1)
+		args := shaders.KargsRope{Tokens: int32(tokens), Heads: int32(sh.heads), HeadDim: int32(sh.dim), XStride: int32(stride), YStride: int32(stride)}
+		out := runJob(t, h, &mslemu.Job{Kernel: "rope_f32", Grid: [3]int{groups(sh.dim/2, 32), sh.heads, tokens}, Group: [3]int{32, 1, 1},
+			Buffers: []mslemu.Buffer{{Index: 0, Data: shaders.Bytes(&args)}, {Index: 1, Data: mslemu.F32(x)}, {Index: 2, Data: mslemu.I32(pos)},
+				{Index: 3, Data: mslemu.F32(inv)}, {Index: 4, Data: mslemu.I32(streams)}, {Index: 5, Data: mslemu.F32(nanF32(tokens * stride))}}})
+		want := ropeRef(x, pos, inv, streams, tokens, sh.heads, sh.dim, stride)
+		checkClose(t, "rope_f32 2-D", mslemu.ToF32(out[5]), want, 2e-6, 1e-5)
+	}
+}
+
 func init() {
-	register("rms_norm_f32", normCase(false))
-	register("layer_norm_f32", normCase(true))
+	register("rms_norm_f32", normCase(false, false))
+	register("layer_norm_f32", normCase(true, true))
+	register("layer_norm_f32", normCase(true, false))
 	register("rope_f32", ropeCase)
+	register("rope_f32", ropeVisionCase)
 }

@@ -1,14 +1,16 @@
 # shaders/shader-test.mk: the MSL emulation harness target, included by the
 # top-level Makefile. It compiles every shaders/*.metal file as C++ with
-# clang++-19 through shaders/emu/csrc/msl_shim.h, runs every kernel on CPU
+# clang++-19 through internal/mslemu/csrc/msl_shim.h, runs every kernel on CPU
 # fibers against Go references, and ends with the contract line
 #   shaders: N kernels, M verified
 # (N counts every MSL entry point in shaders/*.metal; M those whose emulated
 # results matched). Without clang++-19 the kernels are skipped (M = 0).
+# It builds with the mslemu tag, as everything that runs the emulator does
+# (the Metal backend's emulated GPU compiles only with it; see make test-emu).
 .PHONY: shader-test
 shader-test:
 	@summary=$$(mktemp); log=$$(mktemp); \
-	SHADER_TEST_SUMMARY=$$summary go test -count=1 -run 'TestLint|TestKernels' ./shaders/... >$$log 2>&1; rc=$$?; \
+	SHADER_TEST_SUMMARY=$$summary go test -count=1 -tags mslemu -run 'TestLint|TestKernels' ./shaders/... ./internal/mslemu/... >$$log 2>&1; rc=$$?; \
 	cat $$log; \
 	if [ ! -s $$summary ]; then echo "shaders: no summary (the test did not run)"; rm -f $$summary $$log; exit 1; fi; \
 	line=$$(cat $$summary); rm -f $$summary $$log; echo "$$line"; exit $$rc

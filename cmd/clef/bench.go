@@ -14,6 +14,8 @@ import (
 
 	"github.com/clefrt/clef/bench"
 	"github.com/clefrt/clef/engine"
+	"github.com/clefrt/clef/engine/backend"
+	"github.com/clefrt/clef/engine/backend/conformance"
 	"github.com/clefrt/clef/engine/convert"
 	"github.com/clefrt/clef/engine/record"
 	"github.com/clefrt/clef/engine/tinymodel"
@@ -358,6 +360,7 @@ func benchKernelsCmd() *cobra.Command {
 	var out, types string
 	var threads int
 	var minTime time.Duration
+	check := true
 	cmd := &cobra.Command{
 		Use:   "kernels",
 		Short: "Kernel microbenchmarks against the machine's roofline",
@@ -365,7 +368,9 @@ func benchKernelsCmd() *cobra.Command {
 quantized GEMM kernel (one thread) and each backend's MatMul and Attention
 (all threads), and prints achieved GB/s and GFLOP/s with their ratio to the
 peaks. A Metal backend is compared with its chip's numbers from the
-M-series table instead.`,
+M-series table instead. Before timing, every backend runs the backend
+conformance suite (--check=false skips it): a backend that fails it is not
+measured.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -381,6 +386,19 @@ M-series table instead.`,
 				}
 				o.Types = append(o.Types, t)
 			}
+			if check {
+				for _, name := range backend.Names() {
+					b, err := backend.Open(name, backend.Options{Threads: threads})
+					if err != nil {
+						continue // RunKernels says why
+					}
+					failed := conformance.Report(cmd.ErrOrStderr(), b)
+					b.Close()
+					if failed > 0 {
+						return &exitError{1, fmt.Errorf("kernels: backend %s fails %d conformance cases", name, failed)}
+					}
+				}
+			}
 			k, err := bench.RunKernels(ctx, o)
 			if err != nil {
 				return err
@@ -394,6 +412,7 @@ M-series table instead.`,
 	fl.StringVar(&types, "types", "", "GEMM weight types (default: f32,bf16,q8_0,q6_K,q5_K,q4_K,q3_K,q2_K)")
 	fl.IntVar(&threads, "threads", 0, "threads of the backend ops (0: all cores)")
 	fl.DurationVar(&minTime, "min-time", 200*time.Millisecond, "minimum time per measurement")
+	fl.BoolVar(&check, "check", true, "run the backend conformance suite on every backend before timing it")
 	return cmd
 }
 

@@ -137,7 +137,7 @@ func runDecide(cmd *cobra.Command, f *decideFlags, body []byte, stats bool) erro
 	}
 	if stats || f.format == "table" {
 		fmt.Fprintf(out, "time: load %s · encode %s · thinker %s · head %s · decide total %s (%d input tokens, backend %s)\n",
-			ms(load), ms(st.Encode), ms(st.Backbone), ms(st.Head), ms(st.Total), st.InputTokens, e.Backend())
+			ms(load), ms(st.Encode), ms(st.Thinker), ms(st.Head), ms(st.Total), st.InputTokens, e.Backend())
 	}
 	if st.StateTruncated {
 		fmt.Fprintf(errOut, "clef: note: the state was truncated to %d tokens to fit --max-length %d\n", st.StateTokens, f.maxLength)

@@ -13,7 +13,7 @@ import (
 	"github.com/clefrt/clef/engine/backend"
 	_ "github.com/clefrt/clef/engine/cpu" // registers the "cpu" backend
 	"github.com/clefrt/clef/engine/model/qwen3moe"
-	"github.com/clefrt/clef/engine/weights"
+	"github.com/clefrt/clef/engine/release"
 	"github.com/clefrt/clef/internal/npy"
 )
 
@@ -97,21 +97,18 @@ func runHidden(ctx context.Context, path string, opts backend.Options, backendNa
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	cfg, err := qwen3moe.ReadConfig(path)
+	r, err := release.Open(path)
 	if err != nil {
 		return nil, 0, err
 	}
-	w, err := weights.Open(path)
-	if err != nil {
-		return nil, 0, err
-	}
-	defer w.Close()
+	defer r.Close()
 	b, err := backend.Open(backendName, opts)
 	if err != nil {
 		return nil, 0, err
 	}
 	defer b.Close()
-	m, err := qwen3moe.Load(w, cfg, b)
+	cfg := r.Config.Thinker.Text
+	m, err := qwen3moe.Load(r.Weights, cfg, b)
 	if err != nil {
 		return nil, 0, err
 	}

@@ -44,7 +44,7 @@ func printDescription(w io.Writer, d *convert.Description) {
 	fmt.Fprintf(w, "architecture  %s\n", d.Architecture)
 	if c := d.Config; c != nil {
 		fmt.Fprintf(w, "text model    %d layers, hidden %d, %d/%d heads x %d, %d experts (top %d) x %d, vocab %d\n",
-			c.Layers, c.Hidden, c.Heads, c.KVHeads, c.HeadDim, c.Experts, c.TopK, c.ExpertFF, c.Vocab)
+			c.Layers, c.Hidden, c.Heads, c.KVHeads, c.HeadDim, c.Experts, c.TopK, c.ExpertFFN, c.Vocab)
 	}
 	p := d.Params
 	fmt.Fprintf(w, "parameters    %s total\n", count(p.Total))

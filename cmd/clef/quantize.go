@@ -22,11 +22,11 @@ func init() {
 	}
 	cmd := &cobra.Command{
 		Use:   "quantize --model SRC --type TYPE --out FILE.gguf",
-		Short: "Write a quantized GGUF of the thinker's text backbone, and its companion",
+		Short: "Write a quantized GGUF of the thinker's text decoder, and its companion",
 		Long: `quantize streams a Clef-Omni model (release or MLX directory, or a
 qwen3moe/qwen3vlmoe GGUF) into two files:
 
-  FILE.gguf       the thinker's text backbone as a llama.cpp "qwen3moe" GGUF,
+  FILE.gguf       the thinker's text decoder as a llama.cpp "qwen3moe" GGUF,
                   tokenizer included, quantized to TYPE
   FILE.head.gguf  the companion: joint head (never quantized), audio and
                   vision towers (source precision, or Q8_0 with --towers q8_0)

@@ -58,8 +58,8 @@ func TestQuantizeCommandErrors(t *testing.T) {
 		{[]string{"quantize", "--model", "../../testdata/clef-tiny/release", "--type", "q4_k_s", "--out", filepath.Join(dir, "a.gguf")}, 2, "unknown quantization type"},
 		{[]string{"quantize", "--model", "../../testdata/clef-tiny/release", "--type", "q8_0", "--out", filepath.Join(dir, "a.bin")}, 2, "must end in .gguf"},
 		{[]string{"quantize", "--type", "q8_0", "--out", filepath.Join(dir, "a.gguf")}, 2, "required"},
-		{[]string{"quantize", "--model", "../../testdata/tokenizer", "--type", "q8_0", "--out", filepath.Join(dir, "a.gguf")}, 1, "safetensors"},
-		{[]string{"inspect", "../../testdata/qwen3moe/README.md"}, 1, "not a directory, .safetensors or .gguf"},
+		{[]string{"quantize", "--model", "../../testdata/tokenizer", "--type", "q8_0", "--out", filepath.Join(dir, "a.gguf")}, 1, "config.json is missing"},
+		{[]string{"inspect", "../../testdata/qwen3moe/README.md"}, 1, "want a model directory, a .gguf or a .safetensors file"},
 		{[]string{"inspect", "../../testdata/clef-tiny/release", "--context", "0"}, 2, "--context"},
 	} {
 		_, err := runClef(t, c.args...)

@@ -11,10 +11,9 @@ import (
 	"github.com/clefrt/clef/engine/backend"
 	"github.com/clefrt/clef/engine/cpu"
 	"github.com/clefrt/clef/engine/model/qwen3moe"
+	"github.com/clefrt/clef/engine/release"
 	"github.com/clefrt/clef/engine/tinymodel"
-	"github.com/clefrt/clef/engine/weights"
 	"github.com/clefrt/clef/metal"
-	"github.com/clefrt/clef/shaders/emu"
 	"github.com/spf13/cobra"
 )
 
@@ -26,8 +25,9 @@ func init() {
 		Long: "selftest runs every Metal kernel on the GPU and the same op on the CPU backend with the same random\n" +
 			"inputs, and prints the max error, the NMSE and the achieved GB/s and TFLOP/s next to the chip's peak;\n" +
 			"then it runs a full forward of the embedded tiny model on both backends and compares the hidden states.\n" +
-			"It needs a Mac with Apple silicon. Elsewhere it runs the same checks on the MSL emulation harness\n" +
-			"(the kernels compiled as C++ with clang++-19 and run on the CPU) if clang++-19 is installed.",
+			"It needs a Mac with Apple silicon. Elsewhere, in a clef built with -tags mslemu, it runs the same checks\n" +
+			"on the MSL emulation harness (the kernels compiled as C++ with clang++-19 and run on the CPU) if\n" +
+			"clang++-19 is installed.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runSelftest(cmd.Context(), cmd.OutOrStdout(), emulate, !untimed)
@@ -55,8 +55,8 @@ func runSelftest(ctx context.Context, w io.Writer, emulate, timed bool) error {
 		if !emulate {
 			fmt.Fprintf(w, "selftest needs a Mac with Apple silicon to test the GPU: %s\n", why)
 		}
-		if !emu.Available() {
-			fmt.Fprintf(w, "the MSL emulation harness needs %s (apt-get install clang-19); nothing to run here\n", emu.Clang)
+		if ok, why := metal.EmulatorAvailable(); !ok {
+			fmt.Fprintf(w, "%s; nothing to run here\n", why)
 			return nil
 		}
 		fmt.Fprintln(w, "running the kernels on the MSL emulation harness instead (CPU, slow; timings meaningless)")
@@ -91,15 +91,12 @@ func tinyForward(ctx context.Context, w io.Writer, gpu, ref backend.Backend) err
 		return err
 	}
 	defer cleanup()
-	m, err := weights.Open(dir)
+	r, err := release.Open(dir)
 	if err != nil {
 		return err
 	}
-	defer m.Close()
-	cfg, err := qwen3moe.ReadConfig(dir)
-	if err != nil {
-		return err
-	}
+	defer r.Close()
+	m, cfg := r.Weights, r.Config.Thinker.Text
 	ids := []int{1, 17, 42, 99, 3, 250, 7, 7, 64, 301, 12, 5, 88}
 	var hs [2][]float32
 	for i, b := range []backend.Backend{gpu, ref} {

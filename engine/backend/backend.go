@@ -17,6 +17,7 @@ package backend
 import (
 	"context"
 	"fmt"
+	"math"
 	"sort"
 	"sync"
 
@@ -49,30 +50,236 @@ func (t *Tensor) Cols() int {
 	return t.Shape[len(t.Shape)-1]
 }
 
-// RoPE describes a rotary position embedding in the NeoX "rotate half"
-// layout: dimension i of a head pairs with i+HeadDim/2 and turns by
-// pos*Theta^(-2i/HeadDim). With Sections set (M-RoPE), each of the
-// HeadDim/2 frequencies takes its position from one of three streams
-// (temporal, height, width). Interleaved M-RoPE (Qwen3-VL/Omni) assigns
-// frequency i to H when i%3==1 and i < 3*Sections[1], to W when i%3==2 and
-// i < 3*Sections[2], and to T otherwise; the chunked layout (Qwen2-VL) gives
-// the first Sections[0] frequencies to T, the next Sections[1] to H and the
-// rest to W. With all sections zero every frequency uses stream 0.
+// RoPE is a rotary position embedding in the NeoX "rotate half" layout,
+// given as a table: dimension i of a head (i < HeadDim/2) pairs with
+// i+HeadDim/2 and both turn by the angle pos[Streams[i]]·InvFreq[i], the
+// float32 product of the row's position in that stream and the inverse
+// frequency. The decoder's 3-D M-RoPE (MRoPE) and the vision encoder's 2-D
+// RoPE (the head_dim/4 frequencies once for the row stream 1, once for the
+// column stream 2) are both such tables.
 type RoPE struct {
-	HeadDim     int
-	Theta       float64
-	Sections    [3]int
-	Interleaved bool
+	HeadDim int
+	InvFreq []float32 // [HeadDim/2] inverse frequency of each rotated pair
+	Streams []int     // [HeadDim/2] which position stream (0 t, 1 h, 2 w) each frequency reads
 }
 
-// Expert is one SiLU-gated feed-forward expert: down(silu(gate x) * up x).
-type Expert struct {
-	Gate *Tensor // [ffn, hidden]
-	Up   *Tensor // [ffn, hidden]
-	Down *Tensor // [hidden, ffn]
+// Check reports whether r is a well-formed table: an even positive head
+// size, HeadDim/2 frequencies and streams, every stream in 0..2.
+func (r RoPE) Check() error {
+	half := r.HeadDim / 2
+	if half <= 0 || r.HeadDim%2 != 0 {
+		return fmt.Errorf("rope head dim %d must be even and positive", r.HeadDim)
+	}
+	if len(r.InvFreq) != half || len(r.Streams) != half {
+		return fmt.Errorf("rope table has %d inverse frequencies and %d streams, want %d of each", len(r.InvFreq), len(r.Streams), half)
+	}
+	for i, s := range r.Streams {
+		if s < 0 || s > 2 {
+			return fmt.Errorf("rope frequency %d reads position stream %d (want 0, 1 or 2)", i, s)
+		}
+	}
+	return nil
 }
 
-// Backend is the closed op set of the thinker forward. Every op returns a new
+// MRoPE builds the decoder's rotary table: inverse frequency i is
+// theta^(-2i/headDim), rounded to float32 as float32 torch computes it
+// (float32(1 / float32(theta^(2i/headDim)))), and each frequency takes its
+// position from one of three streams (temporal, height, width). Interleaved
+// M-RoPE (Qwen3-VL/Omni) assigns frequency i to H when i%3==1 and
+// i < 3*sections[1], to W when i%3==2 and i < 3*sections[2], and to T
+// otherwise; the chunked layout (Qwen2-VL) gives the first sections[0]
+// frequencies to T, the next sections[1] to H and the rest to W. With all
+// sections zero every frequency reads stream 0 (plain RoPE); otherwise the
+// sections must sum to headDim/2.
+func MRoPE(headDim int, theta float64, sections [3]int, interleaved bool) (RoPE, error) {
+	half := headDim / 2
+	if half <= 0 || headDim%2 != 0 {
+		return RoPE{}, fmt.Errorf("rope head dim %d must be even and positive", headDim)
+	}
+	if !(theta > 0) || math.IsInf(theta, 0) {
+		return RoPE{}, fmt.Errorf("rope theta %v must be positive and finite", theta)
+	}
+	sec := sections
+	if sec != [3]int{} && (sec[0] < 0 || sec[1] < 0 || sec[2] < 0 || sec[0]+sec[1]+sec[2] != half) {
+		return RoPE{}, fmt.Errorf("mrope sections %v do not sum to %d frequencies", sec, half)
+	}
+	r := RoPE{HeadDim: headDim, InvFreq: make([]float32, half), Streams: make([]int, half)}
+	for i := range r.InvFreq {
+		r.InvFreq[i] = float32(1 / float64(float32(math.Pow(theta, float64(2*i)/float64(headDim)))))
+	}
+	if sec == [3]int{} {
+		return r, nil
+	}
+	for i := range r.Streams {
+		switch {
+		case interleaved && i%3 == 1 && i < 3*sec[1]:
+			r.Streams[i] = 1
+		case interleaved && i%3 == 2 && i < 3*sec[2]:
+			r.Streams[i] = 2
+		case interleaved:
+			r.Streams[i] = 0
+		case i < sec[0]:
+			r.Streams[i] = 0
+		case i < sec[0]+sec[1]:
+			r.Streams[i] = 1
+		default:
+			r.Streams[i] = 2
+		}
+	}
+	return r, nil
+}
+
+// GELUKind selects the form of GELU.
+type GELUKind int
+
+const (
+	// GELUErf is the exact GELU: 0.5·x·(1 + erf(x/√2)).
+	GELUErf GELUKind = iota
+	// GELUTanh is the tanh approximation ("gelu_pytorch_tanh"):
+	// 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
+	GELUTanh
+)
+
+// String names the kind.
+func (k GELUKind) String() string {
+	switch k {
+	case GELUErf:
+		return "erf"
+	case GELUTanh:
+		return "tanh"
+	}
+	return fmt.Sprintf("GELUKind(%d)", int(k))
+}
+
+// AttentionOptions describe one Attention call. Query row i sits at key
+// position Lk-Lq+i (the last Lq of Lk positions). Every mask below is
+// combined: a row sees the keys that all of them allow. With neither Causal
+// nor Segments every row sees every key (bidirectional; Lq may differ from
+// Lk, as in the head's cross-attention).
+type AttentionOptions struct {
+	// Heads and KVHeads are the query and key/value head counts: query
+	// head h reads kv head h/(Heads/KVHeads).
+	Heads, KVHeads int
+	// Scale multiplies every score (usually 1/sqrt(head_dim)).
+	Scale float32
+	// Causal: query row i (the last Lq of Lk positions) sees keys
+	// 0..Lk-Lq+i (Lk >= Lq).
+	Causal bool
+	// Segments are cumulative lengths [0, n1, n1+n2, ..., L] (cu_seqlens):
+	// Lq == Lk == L and a row sees only keys of its own segment (per image,
+	// per video frame, per audio window); nil means one segment.
+	Segments []int
+	// Window > 0: a row also sees only keys within Window positions before
+	// it (key j is hidden when pos-j >= Window: a causal row sees at most
+	// Window keys, itself included); 0 = no window.
+	Window int
+}
+
+// Check validates o for q [lq, qc], k and v [lk, kc] and returns the head
+// size.
+func (o AttentionOptions) Check(lq, qc, lk, kc int) (int, error) {
+	if o.Heads <= 0 || o.KVHeads <= 0 || o.Heads%o.KVHeads != 0 || qc%o.Heads != 0 || qc == 0 {
+		return 0, fmt.Errorf("%d query heads over %d kv heads do not fit q rows of %d", o.Heads, o.KVHeads, qc)
+	}
+	d := qc / o.Heads
+	if kc != o.KVHeads*d {
+		return 0, fmt.Errorf("k and v rows of %d do not fit %d kv heads of %d", kc, o.KVHeads, d)
+	}
+	if o.Window < 0 {
+		return 0, fmt.Errorf("negative attention window %d", o.Window)
+	}
+	if o.Causal && lk < lq {
+		return 0, fmt.Errorf("causal attention of %d queries over %d keys (need at least as many keys)", lq, lk)
+	}
+	if o.Segments != nil {
+		s := o.Segments
+		if lq != lk {
+			return 0, fmt.Errorf("segmented attention of %d queries over %d keys (need as many)", lq, lk)
+		}
+		if len(s) < 2 || s[0] != 0 || s[len(s)-1] != lq {
+			return 0, fmt.Errorf("attention segments %v must run from 0 to %d", s, lq)
+		}
+		for i := 1; i < len(s); i++ {
+			if s[i] < s[i-1] {
+				return 0, fmt.Errorf("attention segments %v are not cumulative lengths", s)
+			}
+		}
+	}
+	if lk == 0 && lq > 0 {
+		return 0, fmt.Errorf("attention of %d queries over no keys", lq)
+	}
+	return d, nil
+}
+
+// KeyRanges returns, for each of lq query rows over lk keys, the keys
+// [lo, hi) the row sees under o (the masks combined). Check must have
+// passed; every range is then non-empty.
+func (o AttentionOptions) KeyRanges(lq, lk int) [][2]int {
+	r := make([][2]int, lq)
+	seg := 0
+	for i := range r {
+		pos := lk - lq + i
+		lo, hi := 0, lk
+		if o.Segments != nil {
+			for i >= o.Segments[seg+1] {
+				seg++
+			}
+			lo, hi = o.Segments[seg], o.Segments[seg+1]
+		}
+		if o.Causal {
+			hi = min(hi, pos+1)
+		}
+		if o.Window > 0 {
+			lo = max(lo, pos-o.Window+1)
+		}
+		r[i] = [2]int{lo, hi}
+	}
+	return r
+}
+
+// CheckSpans reports whether every span [lo, hi) is non-empty and lies in
+// [0, rows) (SpanMeans).
+func CheckSpans(spans [][2]int, rows int) error {
+	for i, s := range spans {
+		if s[0] < 0 || s[1] > rows || s[0] >= s[1] {
+			return fmt.Errorf("span %d [%d, %d) is empty or outside %d rows", i, s[0], s[1], rows)
+		}
+	}
+	return nil
+}
+
+// CheckRanges reports whether ranges (nil, or one per row) are non-empty
+// column ranges [lo, hi) of rows of cols values (Softmax).
+func CheckRanges(ranges [][2]int, rows, cols int) error {
+	if ranges == nil {
+		if cols == 0 && rows > 0 {
+			return fmt.Errorf("softmax over rows of no values")
+		}
+		return nil
+	}
+	if len(ranges) != rows {
+		return fmt.Errorf("%d column ranges for %d rows", len(ranges), rows)
+	}
+	for i, r := range ranges {
+		if r[0] < 0 || r[1] > cols || r[0] >= r[1] {
+			return fmt.Errorf("row %d: column range [%d, %d) is empty or outside %d columns", i, r[0], r[1], cols)
+		}
+	}
+	return nil
+}
+
+// Experts are the stacked projections of one MoE layer: expert e is the
+// SiLU-gated feed-forward down_e(silu(gate_e x) * up_e x). Each tensor is
+// bound from one stacked weights.Tensor, so the experts travel as one
+// [E, out, in] tensor from the file to the kernel.
+type Experts struct {
+	Gate *Tensor // [E, ffn, hidden]
+	Up   *Tensor // [E, ffn, hidden]
+	Down *Tensor // [E, hidden, ffn]
+}
+
+// Backend is the closed op set of the thinker forward and the joint head
+// (the head's row and shape ops: Reshape to GroupMatMul). Every op returns a new
 // tensor and leaves its inputs untouched; shapes are checked and a mismatch
 // is an error, never a panic.
 type Backend interface {
@@ -82,7 +289,9 @@ type Backend interface {
 	Threads() int
 
 	// Weight binds a checkpoint tensor without copying its bytes. Its type
-	// must be one the backend supports; 1-D tensors (norm weights) are [n].
+	// must be one the backend supports; 1-D tensors (norm weights) are [n];
+	// 3-D tensors are stacked experts [E, out, in] (contiguous or parted,
+	// see weights.Tensor) for MoE.
 	Weight(t *weights.Tensor) (*Tensor, error)
 	// Upload copies host float32 data into a new [rows, cols] tensor.
 	Upload(data []float32, rows, cols int) (*Tensor, error)
@@ -93,6 +302,7 @@ type Backend interface {
 	Free(ts ...*Tensor)
 
 	// Embed gathers rows of table [vocab, dim] for ids: out [len(ids), dim].
+	// The table is a bound weight or an activation (a row gather).
 	// An id outside [0, vocab) is an error.
 	Embed(table *Tensor, ids []int) (*Tensor, error)
 	// MatMul computes x Wᵀ: x [M, K], w [N, K] in any supported type, out [M, N].
@@ -101,19 +311,59 @@ type Backend interface {
 	// (a whole row, or one head when x is [rows, heads*headDim]):
 	// y = x / sqrt(mean(x²) + eps) * weight, the mean taken in float32.
 	RMSNorm(x, weight *Tensor, eps float32) (*Tensor, error)
-	// RoPE rotates x [L, heads*HeadDim] in place of a copy; pos[p] holds the
-	// three position streams of row p (equal for plain text).
+	// RoPE rotates x [L, heads*HeadDim] into a new tensor by the table r;
+	// pos[p] holds the three position streams of row p (equal for plain
+	// text).
 	RoPE(x *Tensor, pos [][3]int, r RoPE) (*Tensor, error)
-	// Attention is causal scaled-dot-product attention with grouped query
-	// heads: q [L, nHead*headDim], k and v [L, nKV*headDim]; query head h
-	// reads kv head h/(nHead/nKV); out [L, nHead*headDim]. Implementations
-	// use an online softmax so memory stays O(L·headDim).
-	Attention(q, k, v *Tensor, nHead, nKV int, scale float32) (*Tensor, error)
+	// Attention is scaled-dot-product attention with grouped query heads:
+	// q [Lq, Heads*d], k and v [Lk, KVHeads*d]; query head h reads kv head
+	// h/(Heads/KVHeads); out [Lq, Heads*d]. o selects the mask (causal,
+	// segments, window; see AttentionOptions). Implementations use an
+	// online softmax so memory stays O(L·d).
+	Attention(q, k, v *Tensor, o AttentionOptions) (*Tensor, error)
+	// LayerNorm normalises each row of x [rows, n]:
+	// (x-mean)/sqrt(var+eps)*weight + bias, mean and (biased) variance in
+	// float32 over the row; weight and bias are [n], bias may be nil.
+	LayerNorm(x, weight, bias *Tensor, eps float32) (*Tensor, error)
+	// GELU applies GELU elementwise: GELUErf (exact, erf) or GELUTanh
+	// (tanh approximation).
+	GELU(x *Tensor, kind GELUKind) (*Tensor, error)
+	// AddBias returns x [rows, n] with bias [n] added to every row (bias in
+	// any float type the backend binds: F32/F16/BF16, or an activation).
+	AddBias(x, bias *Tensor) (*Tensor, error)
 	// Add returns a + b (same shape).
 	Add(a, b *Tensor) (*Tensor, error)
 	// AddRows returns a copy of x [L, n] with row i of y [len(rows), n]
 	// added to row rows[i] (DeepStack features at visual positions).
 	AddRows(x *Tensor, rows []int, y *Tensor) (*Tensor, error)
+	// Reshape returns x [rows, cols] as a tensor of another shape with as
+	// many values, in the same row-major order. It may share x's storage:
+	// it is valid while x lives, and freeing it releases nothing of x's.
+	Reshape(x *Tensor, rows, cols int) (*Tensor, error)
+	// Transpose returns xᵀ [cols, rows] of x [rows, cols].
+	Transpose(x *Tensor) (*Tensor, error)
+	// Softmax returns the softmax of every row of scale·x [rows, n] in
+	// float32: each scaled value rounded to float32, the row's maximum
+	// subtracted before the exponential. With ranges (one non-empty
+	// [lo, hi) per row, see CheckRanges) row i's softmax covers its
+	// columns [lo, hi) and its other columns are 0; nil: whole rows.
+	Softmax(x *Tensor, scale float32, ranges [][2]int) (*Tensor, error)
+	// SpanMeans returns out [len(spans), n]: row i is the mean of rows
+	// [spans[i][0], spans[i][1]) of x [rows, n], summed in row order in
+	// float32 and divided by their count (see CheckSpans).
+	SpanMeans(x *Tensor, spans [][2]int) (*Tensor, error)
+	// RowDots returns out [rows, 1]: the dot product of row i of a with row
+	// i of b (both [rows, n]), accumulated in at least float32.
+	RowDots(a, b *Tensor) (*Tensor, error)
+	// PairFeatures returns out [rows, 4n] whose row i is [a_i, b_i,
+	// a_i·b_i, |a_i−b_i|] (elementwise) for the rows of a and b [rows, n]:
+	// the matching features of a pair of vectors.
+	PairFeatures(a, b *Tensor) (*Tensor, error)
+	// GroupMatMul is a block-diagonal product of groups: x [M, G·K] and w
+	// [G·N, K] (float32 activations), out [M, G·N] with out[:, gN:(g+1)N] =
+	// x[:, gK:(g+1)K] · w[gN:(g+1)N, :]ᵀ (per-head linear maps, as
+	// attention heads use them). groups = 1 is MatMul.
+	GroupMatMul(x, w *Tensor, groups int) (*Tensor, error)
 	// Route turns router logits [L, E] into the top-k experts of every row:
 	// softmax over all E (float32), the k largest (ties to the lower index,
 	// descending order), renormalised to sum 1 when norm is set. ids is an
@@ -122,7 +372,7 @@ type Backend interface {
 	// MoE applies the routed experts as a gathered matmul (rows grouped by
 	// expert, one GEMM per active expert): out[p] = Σ_j weights[p,j] ·
 	// expert[ids[p,j]](x[p]). x [L, hidden], out [L, hidden].
-	MoE(x, ids, weights *Tensor, experts []Expert) (*Tensor, error)
+	MoE(x, ids, weights *Tensor, ex Experts) (*Tensor, error)
 
 	// Close releases the backend. Tensors must not be used afterwards.
 	Close() error
@@ -131,17 +381,14 @@ type Backend interface {
 // RowChunker is an optional extension of Backend (found by type assertion):
 // with it the model runs every layer over chunks of rows, so activation
 // memory is bounded by the chunk instead of the whole prompt (K and V of
-// one layer still cover every row).
+// one layer still cover every row; a chunk's queries are the last rows of
+// its keys, which causal Attention takes as they are).
 type RowChunker interface {
 	// Rows returns a view of rows [lo, hi) of an activation, sharing its
 	// storage: valid while t lives; freeing the view releases nothing.
 	Rows(t *Tensor, lo, hi int) (*Tensor, error)
 	// Concat stacks activations with the same column count.
 	Concat(ts ...*Tensor) (*Tensor, error)
-	// AttentionTail is Attention for queries that are the last Lq of Lk
-	// positions: q [Lq, nHead*headDim], k and v [Lk, nKV*headDim], Lk >= Lq;
-	// query row i attends keys 0..Lk-Lq+i.
-	AttentionTail(q, k, v *Tensor, nHead, nKV int, scale float32) (*Tensor, error)
 }
 
 // Options configure a backend when it is opened.
@@ -198,39 +445,4 @@ func Names() []string {
 	}
 	sort.Strings(ns)
 	return ns
-}
-
-// Streams returns, for each of the HeadDim/2 frequencies, which position
-// stream (0 temporal, 1 height, 2 width) it reads. All-zero sections select
-// stream 0 everywhere; otherwise the sections must sum to HeadDim/2.
-func (r RoPE) Streams() ([]int, error) {
-	half := r.HeadDim / 2
-	if half <= 0 || r.HeadDim%2 != 0 {
-		return nil, fmt.Errorf("rope head dim %d must be even and positive", r.HeadDim)
-	}
-	s := make([]int, half)
-	sec := r.Sections
-	if sec == [3]int{} {
-		return s, nil
-	}
-	if sec[0] < 0 || sec[1] < 0 || sec[2] < 0 || sec[0]+sec[1]+sec[2] != half {
-		return nil, fmt.Errorf("mrope sections %v do not sum to %d frequencies", sec, half)
-	}
-	for i := range s {
-		switch {
-		case r.Interleaved && i%3 == 1 && i < 3*sec[1]:
-			s[i] = 1
-		case r.Interleaved && i%3 == 2 && i < 3*sec[2]:
-			s[i] = 2
-		case r.Interleaved:
-			s[i] = 0
-		case i < sec[0]:
-			s[i] = 0
-		case i < sec[0]+sec[1]:
-			s[i] = 1
-		default:
-			s[i] = 2
-		}
-	}
-	return s, nil
 }

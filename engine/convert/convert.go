@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/clefrt/clef/engine/release"
+	"github.com/clefrt/clef/engine/tokenizer"
 	"github.com/clefrt/clef/engine/weights"
 	"github.com/clefrt/clef/quant"
 )
@@ -18,7 +20,7 @@ type Options struct {
 	// Type is the file type of the backbone.
 	Type FileType
 	// Out is the backbone GGUF path; the companion goes next to it at
-	// weights.CompanionPath(Out) (FILE.gguf -> FILE.head.gguf).
+	// release.CompanionPath(Out) (FILE.gguf -> FILE.head.gguf).
 	Out string
 	// Progress, when not nil, receives a progress line (tensors, bytes, ETA),
 	// redrawn in place with \r.
@@ -51,6 +53,7 @@ type Result struct {
 // layer stacked along the outermost dimension.
 type item struct {
 	name  string
+	row   string // the checkpoint name of its table row (backbone), for errors
 	typ   quant.Type
 	dims  []uint64 // GGUF order
 	src   []*weights.Tensor
@@ -60,14 +63,14 @@ type item struct {
 // Quantize converts the model at src (a release or MLX directory, or a
 // qwen3moe/qwen3vlmoe GGUF) into a backbone GGUF and its companion.
 func Quantize(src string, opts Options) (*Result, error) {
-	if opts.Out == "" || !strings.HasSuffix(opts.Out, ".gguf") || strings.HasSuffix(opts.Out, ".head.gguf") {
+	if opts.Out == "" || !strings.HasSuffix(opts.Out, release.GGUFExt) || strings.HasSuffix(opts.Out, release.CompanionExt) {
 		return nil, fmt.Errorf("quantize: output %q must be a FILE.gguf path (not .head.gguf)", opts.Out)
 	}
 	if st, err := os.Stat(filepath.Dir(opts.Out)); err != nil || !st.IsDir() {
 		return nil, fmt.Errorf("quantize: output directory %s does not exist", filepath.Dir(opts.Out))
 	}
-	for _, o := range []string{opts.Out, weights.CompanionPath(opts.Out)} {
-		if same(o, src) || same(o, weights.CompanionPath(src)) {
+	for _, o := range []string{opts.Out, release.CompanionPath(opts.Out)} {
+		if same(o, src) || same(o, release.CompanionPath(src)) {
 			return nil, fmt.Errorf("quantize: output %s would overwrite the source", o)
 		}
 	}
@@ -80,49 +83,52 @@ func Quantize(src string, opts Options) (*Result, error) {
 	if opts.Threads <= 0 {
 		opts.Threads = runtime.GOMAXPROCS(0)
 	}
-	m, err := weights.Open(src)
-	if err != nil {
-		return nil, err
-	}
-	defer m.Close()
-	set, _ := m.(*weights.Set)
-	if set == nil {
-		return nil, fmt.Errorf("quantize: %s: unsupported model source", src)
-	}
-	var cfg *TextConfig
-	var srcGGUF *weights.GGUFFile
-	if set.Format == "gguf" {
-		srcGGUF = set.GGUF[0]
-		cfg, err = GGUFTextConfig(srcGGUF)
-	} else {
-		cfg, err = ReadTextConfig(src)
-	}
+	r, err := release.Open(src)
 	if err != nil {
 		return nil, fmt.Errorf("quantize: %v", err)
 	}
-	res := &Result{Backbone: opts.Out, Companion: weights.CompanionPath(opts.Out), Types: map[quant.Type]int{}}
-	items, used, err := planBackbone(m, cfg, opts.Type, res)
+	defer r.Close()
+	if r.Format == release.FormatSafetensors {
+		return nil, fmt.Errorf("quantize: %s: give the model's directory, not one safetensors file", src)
+	}
+	cfg := r.Config.Thinker.Text
+	res := &Result{Backbone: opts.Out, Companion: release.CompanionPath(opts.Out), Types: map[quant.Type]int{}}
+	items, used, err := planBackbone(r.Weights, cfg, opts.Type, res)
 	if err != nil {
 		return nil, fmt.Errorf("quantize: %v", err)
 	}
-	embed, _ := m.Tensor("thinker.model.embed_tokens.weight")
+	vocab := cfg.Vocab
 	var tok []weights.GGUFKV
-	if srcGGUF != nil {
-		for _, kv := range srcGGUF.KV {
+	if r.Backbone != nil {
+		for _, kv := range r.Backbone.KV {
 			if strings.HasPrefix(kv.Key, "tokenizer.") {
 				tok = append(tok, kv)
 			}
 		}
-	} else if tok, err = tokenizerKV(src, embed.Shape[0]); err != nil {
-		return nil, fmt.Errorf("quantize: %v", err)
+	} else {
+		kvs, err := tokenizer.GGUFMetadata(src, vocab)
+		if err != nil {
+			return nil, fmt.Errorf("quantize: %v", err)
+		}
+		for _, kv := range kvs {
+			tok = append(tok, weights.GGUFKV(kv))
+		}
 	}
 	name := opts.Name
 	if name == "" {
-		name = strings.TrimSuffix(filepath.Base(filepath.Clean(src)), ".gguf")
+		name = strings.TrimSuffix(filepath.Base(filepath.Clean(src)), release.GGUFExt)
 	}
-	kv := append(backboneKV(cfg, opts.Type, name, embed.Shape[0]), tok...)
+	kv := []weights.GGUFKV{
+		{Key: "general.architecture", Value: release.GGUFArch},
+		{Key: "general.name", Value: name},
+		{Key: "general.file_type", Value: opts.Type.LlamaFtype},
+		{Key: "general.quantization_version", Value: uint32(2)},
+	}
+	kv = append(kv, cfg.GGUFMetadata(vocab)...)
+	kv = append(kv, weights.GGUFKV{Key: release.GGUFFileTypeKey, Value: opts.Type.Name})
+	kv = append(kv, tok...)
 
-	comp, compKV, err := planCompanion(m, set, used, srcGGUF, filepath.Base(opts.Out), name, opts.TowerType)
+	comp, compKV, err := planCompanion(r, used, filepath.Base(opts.Out), name, opts.TowerType)
 	if err != nil {
 		return nil, fmt.Errorf("quantize: %v", err)
 	}
@@ -148,201 +154,60 @@ func same(a, b string) bool {
 	return err == nil && os.SameFile(sa, sb)
 }
 
-// backbone tensor names per layer, in the order llama.cpp's converter writes.
-var layerTensors = []struct {
-	gguf, canon string
-	role        Role
-}{
-	{"attn_norm.weight", "input_layernorm.weight", RoleNorm},
-	{"attn_q.weight", "self_attn.q_proj.weight", RoleAttnQ},
-	{"attn_k.weight", "self_attn.k_proj.weight", RoleAttnK},
-	{"attn_v.weight", "self_attn.v_proj.weight", RoleAttnV},
-	{"attn_output.weight", "self_attn.o_proj.weight", RoleAttnOut},
-	{"attn_q_norm.weight", "self_attn.q_norm.weight", RoleNorm},
-	{"attn_k_norm.weight", "self_attn.k_norm.weight", RoleNorm},
-	{"ffn_norm.weight", "post_attention_layernorm.weight", RoleNorm},
-	{"ffn_gate_inp.weight", "mlp.gate.weight", RoleRouter},
-	{"ffn_gate_exps.weight", "gate_proj.weight", RoleFFNGate},
-	{"ffn_up_exps.weight", "up_proj.weight", RoleFFNUp},
-	{"ffn_down_exps.weight", "down_proj.weight", RoleFFNDown},
-}
-
-// planBackbone lists the backbone tensors with their types, checking every
-// shape against the config. used collects the canonical names consumed.
-func planBackbone(m weights.Model, c *TextConfig, ft FileType, res *Result) ([]item, map[string]bool, error) {
+// planBackbone lists the backbone tensors, one per row of the decoder's
+// tensor table under its GGUF name, with the type the row's role gets.
+// used collects the stored names consumed.
+func planBackbone(m weights.Model, c release.Text, ft FileType, res *Result) ([]item, map[string]bool, error) {
 	used := map[string]bool{}
-	get := func(name string, shape ...int) (*weights.Tensor, error) {
-		t, err := m.Tensor(name)
-		if err != nil {
-			return nil, err
-		}
-		if len(t.Shape) != len(shape) {
-			return nil, fmt.Errorf("tensor %q has shape %v, want %v", name, t.Shape, shape)
-		}
-		for i, d := range shape {
-			if d >= 0 && t.Shape[i] != d {
-				return nil, fmt.Errorf("tensor %q has shape %v, want %v from the config", name, t.Shape, shape)
-			}
-		}
-		used[name] = true
-		return t, nil
-	}
 	var items []item
-	add := func(ggufName string, role Role, layer int, src ...*weights.Tensor) {
-		s := src[0].Shape
-		cols := 1
-		if len(s) > 0 {
-			cols = s[len(s)-1]
+	for _, row := range release.DecoderTensors(c) {
+		t, names, err := release.Lookup(m, row)
+		if err != nil {
+			return nil, nil, err
 		}
-		want := TensorType(ft, role, layer, c.Layers, c.Heads/c.KVHeads)
-		typ := Fallback(want, cols)
+		for _, n := range names {
+			used[n] = true
+		}
+		s := t.Shape
+		want := TensorType(ft, row.Role, row.Layer, c.Layers, c.Heads/c.KVHeads)
+		typ := Fallback(want, s[len(s)-1])
 		if typ != want {
-			res.Fallbacks = append(res.Fallbacks, fmt.Sprintf("%s: %v -> %v (rows of %d)", ggufName, want, typ, cols))
+			res.Fallbacks = append(res.Fallbacks, fmt.Sprintf("%s: %v -> %v (rows of %d)", row.GGUF, want, typ, s[len(s)-1]))
 		}
-		dims := make([]uint64, 0, len(s)+1)
+		dims := make([]uint64, 0, len(s))
 		for i := len(s) - 1; i >= 0; i-- {
 			dims = append(dims, uint64(s[i]))
 		}
-		if len(src) > 1 {
-			dims = append(dims, uint64(len(src)))
-		}
 		res.Types[typ]++
-		items = append(items, item{name: ggufName, typ: typ, dims: dims, src: src})
+		items = append(items, item{name: row.GGUF, row: row.Name, typ: typ, dims: dims, src: []*weights.Tensor{t}})
 	}
-	q, kv := c.Heads*c.HeadDim, c.KVHeads*c.HeadDim
-	embed, err := get("thinker.model.embed_tokens.weight", -1, c.Hidden)
-	if err != nil {
-		return nil, nil, err
-	}
-	vocab := embed.Shape[0]
-	add("token_embd.weight", RoleEmbed, -1, embed)
-	for l := 0; l < c.Layers; l++ {
-		p := fmt.Sprintf("thinker.model.layers.%d.", l)
-		for _, lt := range layerTensors {
-			g := fmt.Sprintf("blk.%d.%s", l, lt.gguf)
-			var shape []int
-			switch lt.role {
-			case RoleNorm:
-				shape = []int{c.Hidden}
-				if strings.Contains(lt.canon, "_norm") && strings.HasPrefix(lt.canon, "self_attn") {
-					shape = []int{c.HeadDim}
-				}
-			case RoleAttnQ:
-				shape = []int{q, c.Hidden}
-			case RoleAttnK, RoleAttnV:
-				shape = []int{kv, c.Hidden}
-			case RoleAttnOut:
-				shape = []int{c.Hidden, q}
-			case RoleRouter:
-				shape = []int{c.Experts, c.Hidden}
-			case RoleFFNGate, RoleFFNUp:
-				shape = []int{c.ExpertFF, c.Hidden}
-			case RoleFFNDown:
-				shape = []int{c.Hidden, c.ExpertFF}
-			}
-			if lt.role == RoleFFNGate || lt.role == RoleFFNUp || lt.role == RoleFFNDown {
-				experts := make([]*weights.Tensor, c.Experts)
-				for e := range experts {
-					if experts[e], err = get(fmt.Sprintf("%smlp.experts.%d.%s", p, e, lt.canon), shape...); err != nil {
-						return nil, nil, err
-					}
-				}
-				add(g, lt.role, l, experts...)
-				continue
-			}
-			t, err := get(p+lt.canon, shape...)
-			if err != nil {
-				return nil, nil, err
-			}
-			add(g, lt.role, l, t)
-		}
-	}
-	norm, err := get("thinker.model.norm.weight", c.Hidden)
-	if err != nil {
-		return nil, nil, err
-	}
-	add("output_norm.weight", RoleNorm, -1, norm)
-	out, err := get("thinker.lm_head.weight", vocab, c.Hidden)
-	if err != nil {
-		return nil, nil, err
-	}
-	add("output.weight", RoleOutput, -1, out)
 	return items, used, nil
-}
-
-// backboneKV is the qwen3moe metadata llama.cpp reads.
-func backboneKV(c *TextConfig, ft FileType, name string, vocab int) []weights.GGUFKV {
-	a := "qwen3moe."
-	ctx := c.MaxPositions
-	if ctx <= 0 {
-		ctx = 65536
-	}
-	kv := []weights.GGUFKV{
-		{Key: "general.architecture", Value: "qwen3moe"},
-		{Key: "general.name", Value: name},
-		{Key: "general.file_type", Value: ft.LlamaFtype},
-		{Key: "general.quantization_version", Value: uint32(2)},
-		{Key: a + "block_count", Value: uint32(c.Layers)},
-		{Key: a + "context_length", Value: uint32(ctx)},
-		{Key: a + "embedding_length", Value: uint32(c.Hidden)},
-		{Key: a + "feed_forward_length", Value: uint32(max(c.Intermediate, c.ExpertFF))},
-		{Key: a + "attention.head_count", Value: uint32(c.Heads)},
-		{Key: a + "attention.head_count_kv", Value: uint32(c.KVHeads)},
-		{Key: a + "attention.key_length", Value: uint32(c.HeadDim)},
-		{Key: a + "attention.value_length", Value: uint32(c.HeadDim)},
-		{Key: a + "rope.freq_base", Value: float32(c.RopeTheta)},
-		{Key: a + "attention.layer_norm_rms_epsilon", Value: float32(c.RMSEps)},
-		{Key: a + "expert_count", Value: uint32(c.Experts)},
-		{Key: a + "expert_used_count", Value: uint32(c.TopK)},
-		{Key: a + "expert_feed_forward_length", Value: uint32(c.ExpertFF)},
-		{Key: a + "vocab_size", Value: uint32(vocab)},
-	}
-	if len(c.MRopeSection) > 0 {
-		// Not read by llama.cpp's qwen3moe (text positions make M-RoPE plain
-		// RoPE); kept so clef can rebuild the thinker's rotary layout.
-		s := make([]int32, 4)
-		for i, v := range c.MRopeSection {
-			if i < 4 {
-				s[i] = int32(v)
-			}
-		}
-		kv = append(kv, weights.GGUFKV{Key: a + "rope.dimension_sections", Value: s})
-	}
-	return append(kv, weights.GGUFKV{Key: "clef.file_type", Value: ft.Name})
 }
 
 // planCompanion lists everything the backbone does not hold: the joint head
 // (torch names), the audio and vision towers (thinker.audio_tower.*,
-// thinker.visual.*). Float tensors keep their type; others are widened
-// (F32 for the head, BF16 for the towers); with towers Q8_0, the towers'
-// matrices whose rows fit 32-blocks become Q8_0. Config files go in as
-// strings.
-func planCompanion(m weights.Model, set *weights.Set, used map[string]bool, srcGGUF *weights.GGUFFile, backbone, name string, towers quant.Type) ([]item, []weights.GGUFKV, error) {
+// thinker.visual.*), under their stored names. Float tensors keep their
+// type; others are widened (F32 for the head, BF16 for the towers); with
+// towers Q8_0, the towers' matrices whose rows fit 32-blocks become Q8_0.
+// The release's configuration files go in as strings.
+func planCompanion(r *release.Release, used map[string]bool, backbone, name string, towers quant.Type) ([]item, []weights.GGUFKV, error) {
 	kv := []weights.GGUFKV{
-		{Key: "general.architecture", Value: "clef_head"},
+		{Key: "general.architecture", Value: release.GGUFHeadArch},
 		{Key: "general.name", Value: name},
-		{Key: "clef.backbone", Value: backbone},
+		{Key: release.GGUFBackboneKey, Value: backbone},
 	}
-	if srcGGUF != nil {
-		if len(set.GGUF) > 1 {
-			for _, e := range set.GGUF[1].KV {
-				if strings.HasPrefix(e.Key, "clef.") && !strings.HasPrefix(e.Key, weights.GGUFShapeKey) && e.Key != "clef.backbone" {
-					kv = append(kv, e)
-				}
-			}
-		}
-	} else {
-		for _, f := range []struct{ file, key string }{
-			{"config.json", "clef.config"},
-			{"joint_head_config.json", "clef.head_config"},
-			{"processor_config.json", "clef.processor_config"},
-			{"preprocessor_config.json", "clef.preprocessor_config"},
-		} {
-			if b, err := os.ReadFile(filepath.Join(set.Path, f.file)); err == nil {
-				kv = append(kv, weights.GGUFKV{Key: f.key, Value: string(b)})
-			}
+	for _, f := range release.ConfigFiles {
+		if b, ok := r.Files[f.File]; ok {
+			kv = append(kv, weights.GGUFKV{Key: f.Key, Value: string(b)})
 		}
 	}
+	head := map[string]bool{}
+	if h := r.Config.Head; h != nil {
+		for _, row := range release.HeadTensors(*h) {
+			head[row.Name] = true
+		}
+	}
+	m := r.Weights
 	var items []item
 	for _, n := range m.Names() {
 		if used[n] {
@@ -354,11 +219,11 @@ func planCompanion(m weights.Model, set *weights.Set, used map[string]bool, srcG
 		case quant.F32, quant.F16, quant.BF16:
 		default:
 			typ = quant.BF16
-			if !strings.HasPrefix(n, "thinker.") {
+			if head[n] {
 				typ = quant.F32
 			}
 		}
-		if towers == quant.Q8_0 && strings.HasPrefix(n, "thinker.") && len(t.Shape) == 2 && t.Shape[1]%32 == 0 {
+		if towers == quant.Q8_0 && !head[n] && len(t.Shape) == 2 && t.Shape[1]%32 == 0 {
 			typ = quant.Q8_0
 		}
 		it := item{name: n, typ: typ, src: []*weights.Tensor{t}}
@@ -418,6 +283,9 @@ func writeGGUF(path string, kv []weights.GGUFKV, items []item, threads int, prog
 			}
 			return nil
 		})
+		if err != nil && it.row != "" {
+			err = fmt.Errorf("%s: %w", it.row, err)
+		}
 		if err != nil {
 			return fail(err)
 		}
@@ -450,8 +318,17 @@ func writeGGUF(path string, kv []weights.GGUFKV, items []item, threads int, prog
 const chunkValues = 4 << 20
 
 // streamTensor writes t converted to typ: a plain copy when the type is
-// unchanged, otherwise rows dequantized and quantized in parallel chunks.
+// unchanged, otherwise rows dequantized and quantized in parallel chunks. A
+// stacked tensor [E, out, in] is written expert after expert.
 func streamTensor(w io.Writer, t *weights.Tensor, typ quant.Type, threads int, prog *progress) error {
+	if len(t.Shape) == 3 {
+		for e := 0; e < t.Shape[0]; e++ {
+			if err := streamTensor(w, t.Slice(e), typ, threads, prog); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	if t.Type == typ {
 		for off := 0; off < len(t.Data); off += chunkValues {
 			end := min(off+chunkValues, len(t.Data))

@@ -7,9 +7,11 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 
+	"github.com/clefrt/clef/engine/release"
 	"github.com/clefrt/clef/engine/weights"
 	"github.com/clefrt/clef/quant"
 )
@@ -41,23 +43,64 @@ var maxRel = map[quant.Type]float64{
 	quant.Q4_K: 0.12, quant.Q4_0: 0.15, quant.Q3_K: 0.25, quant.Q2_K: 0.5,
 }
 
-// checkQuantized opens the written backbone+companion and compares every
-// tensor with the source.
-func checkQuantized(t *testing.T, src weights.Model, out string, res *Result) {
+// logical opens the model at path as the engine does and returns its
+// tensors by checkpoint name: every row of the decoder's table (stacked
+// experts one matrix per expert) and every other stored tensor under its
+// own name.
+func logical(t *testing.T, path string) map[string]*weights.Tensor {
 	t.Helper()
-	m, err := weights.Open(out)
+	r, err := release.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer m.Close()
-	want := src.Names()
-	got := m.Names()
+	t.Cleanup(func() { r.Close() })
+	out := map[string]*weights.Tensor{}
+	used := map[string]bool{}
+	for _, row := range release.DecoderTensors(r.Config.Thinker.Text) {
+		w, names, err := release.Lookup(r.Weights, row)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range names {
+			used[n] = true
+		}
+		if !row.Stacked() {
+			out[row.Name] = w
+			continue
+		}
+		for e := 0; e < w.Shape[0]; e++ {
+			out[row.ExpertName(e)] = w.Slice(e)
+		}
+	}
+	for _, n := range r.Weights.Names() {
+		if !used[n] {
+			out[n], _ = r.Weights.Tensor(n)
+		}
+	}
+	return out
+}
+
+func sortedNames(m map[string]*weights.Tensor) []string {
+	var ns []string
+	for n := range m {
+		ns = append(ns, n)
+	}
+	sort.Strings(ns)
+	return ns
+}
+
+// checkQuantized opens the written backbone+companion and compares every
+// tensor with the source's, by checkpoint name.
+func checkQuantized(t *testing.T, srcPath string, out string, res *Result) {
+	t.Helper()
+	src, m := logical(t, srcPath), logical(t, out)
+	want := sortedNames(src)
+	got := sortedNames(m)
 	if strings.Join(want, ",") != strings.Join(got, ",") {
 		t.Fatalf("names differ: %d written vs %d in the source", len(got), len(want))
 	}
 	for _, n := range want {
-		a, _ := src.Tensor(n)
-		b, _ := m.Tensor(n)
+		a, b := src[n], m[n]
 		if len(a.Shape) != len(b.Shape) {
 			t.Fatalf("%s: shape %v vs %v", n, b.Shape, a.Shape)
 		}
@@ -93,11 +136,6 @@ func checkQuantized(t *testing.T, src weights.Model, out string, res *Result) {
 }
 
 func TestQuantizeTinyEveryType(t *testing.T) {
-	src, err := weights.Open(tinyRelease)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
 	relDesc, err := Describe(tinyRelease, 1000)
 	if err != nil {
 		t.Fatal(err)
@@ -110,7 +148,7 @@ func TestQuantizeTinyEveryType(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			checkQuantized(t, src, out, res)
+			checkQuantized(t, tinyRelease, out, res)
 			checkDescribe(t, relDesc, out, ft, res)
 			// hidden 64 and expert ffn 32: no K-quant fits, every K type
 			// must have fallen back and said so.
@@ -146,11 +184,6 @@ func TestQuantizeTinyEveryType(t *testing.T) {
 // The bf16 release converts to a bf16 GGUF by copying bytes: the matrices
 // are bit-identical to the source.
 func TestQuantizeBF16IsACopy(t *testing.T) {
-	src, err := weights.Open(tinyBF16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
 	out := filepath.Join(t.TempDir(), "b.gguf")
 	ft, _ := ParseFileType("bf16")
 	var prog bytes.Buffer
@@ -178,11 +211,10 @@ func TestQuantizeBF16IsACopy(t *testing.T) {
 	if q8 == 0 {
 		t.Error("no tower matrix stored as q8_0")
 	}
-	checkQuantized(t, src, out, res)
-	m, _ := weights.Open(out)
-	defer m.Close()
-	a, _ := src.Tensor("thinker.model.layers.1.mlp.experts.5.up_proj.weight")
-	b, _ := m.Tensor("thinker.model.layers.1.mlp.experts.5.up_proj.weight")
+	checkQuantized(t, tinyBF16, out, res)
+	src, m := logical(t, tinyBF16), logical(t, out)
+	a := src["thinker.model.layers.1.mlp.experts.5.up_proj.weight"]
+	b := m["thinker.model.layers.1.mlp.experts.5.up_proj.weight"]
 	if !bytes.Equal(a.Data, b.Data) {
 		t.Error("bf16 expert not copied byte for byte")
 	}
@@ -259,11 +291,6 @@ func TestQuantizeGGUFSourceKQuants(t *testing.T) {
 	dir := t.TempDir()
 	srcPath := filepath.Join(dir, "synthetic.gguf")
 	writeSynthetic(t, srcPath)
-	src, err := weights.Open(srcPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
 	for _, name := range []string{"q4_k_m"} {
 		ft, _ := ParseFileType(name)
 		out := filepath.Join(dir, name+".gguf")
@@ -277,7 +304,7 @@ func TestQuantizeGGUFSourceKQuants(t *testing.T) {
 		if res.Types[ft.Base] == 0 || res.Types[quant.Q6_K] == 0 {
 			t.Errorf("types %v", res.Types)
 		}
-		checkQuantized(t, src, out, res)
+		checkQuantized(t, srcPath, out, res)
 	}
 }
 
@@ -285,13 +312,13 @@ func TestPolicy(t *testing.T) {
 	q4, _ := ParseFileType("q4_k_m")
 	more := 0
 	for l := 0; l < 48; l++ {
-		if TensorType(q4, RoleFFNDown, l, 48, 8) == quant.Q6_K {
+		if TensorType(q4, release.RoleFFNDown, l, 48, 8) == quant.Q6_K {
 			more++
 		}
-		if TensorType(q4, RoleRouter, l, 48, 8) != quant.F32 || TensorType(q4, RoleNorm, l, 48, 8) != quant.F32 {
+		if TensorType(q4, release.RoleRouter, l, 48, 8) != quant.F32 || TensorType(q4, release.RoleNorm, l, 48, 8) != quant.F32 {
 			t.Fatal("router or norm quantized")
 		}
-		if TensorType(q4, RoleFFNGate, l, 48, 8) != quant.Q4_K {
+		if TensorType(q4, release.RoleFFNGate, l, 48, 8) != quant.Q4_K {
 			t.Fatal("ffn_gate not q4_K")
 		}
 	}
@@ -324,7 +351,7 @@ func checkDescribe(t *testing.T, rel *Description, out string, ft FileType, res 
 	if d.Params != rel.Params || d.Tensors != rel.Tensors {
 		t.Errorf("params %+v (%d tensors), source %+v (%d)", d.Params, d.Tensors, rel.Params, rel.Tensors)
 	}
-	if d.Config == nil || d.Config.Layers != rel.Config.Layers || d.Config.Hidden != rel.Config.Hidden || d.Config.Experts != rel.Config.Experts || d.Config.ExpertFF != rel.Config.ExpertFF {
+	if d.Config == nil || d.Config.Layers != rel.Config.Layers || d.Config.Hidden != rel.Config.Hidden || d.Config.Experts != rel.Config.Experts || d.Config.ExpertFFN != rel.Config.ExpertFFN {
 		t.Errorf("config %+v, source %+v", d.Config, rel.Config)
 	}
 	if !strings.Contains(d.Architecture, "qwen3moe") || !strings.Contains(d.Architecture, ft.Name) || !strings.Contains(d.Architecture, "companion") {

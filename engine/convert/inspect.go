@@ -4,10 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 
+	"github.com/clefrt/clef/engine/release"
 	"github.com/clefrt/clef/engine/weights"
 	"github.com/clefrt/clef/quant"
 )
@@ -22,7 +22,7 @@ type Description struct {
 	Format       string // release, mlx, gguf, safetensors
 	Architecture string
 	Files        []FileSize
-	Config       *TextConfig // nil when the source has none
+	Config       *release.Text // the decoder; nil when the source has no configuration
 	Params       Params
 	Types        []TypeStat // by type id
 	WeightBytes  int64      // bytes of all tensor data (MLX: codes + scales + biases)
@@ -72,54 +72,92 @@ type Memory struct {
 
 // Describe inspects the model at path: a release or MLX directory, a GGUF
 // (with its companion) or a single safetensors file. ctx sizes the memory
-// estimate (0: DefaultContext).
+// estimate (0: DefaultContext). A file or directory without a configuration
+// is described from its tensors alone.
 func Describe(path string, ctx int) (*Description, error) {
 	if ctx <= 0 {
 		ctx = DefaultContext
 	}
-	m, err := weights.Open(path)
-	if err != nil {
-		return nil, err
+	d := &Description{Path: path, Format: string(release.FormatSafetensors), Architecture: "unknown (no config.json)"}
+	var m weights.Model
+	r, err := release.Open(path)
+	if err == nil {
+		defer r.Close()
+		m, d.Format = r.Weights, string(r.Format)
+		d.Architecture = describeArch(r)
+		if r.Config.Thinker.Text.Layers > 0 {
+			c := r.Config.Thinker.Text
+			d.Config = &c
+		}
+	} else {
+		var werr error
+		if m, werr = weights.Open(path, weights.Options{}); werr != nil {
+			return nil, err
+		}
+		defer m.Close()
 	}
-	defer m.Close()
-	d := &Description{Path: path, Format: "safetensors"}
 	set, _ := m.(*weights.Set)
-	if set != nil {
-		d.Format = set.Format
-	}
-	d.Architecture, d.Config = describeArch(path, set)
 	d.Files = modelFiles(path, set)
 
+	// What each stored tensor is, from the tables.
+	part := map[string]string{}
+	experts := map[string]bool{}
+	if c := d.Config; c != nil {
+		for _, row := range release.DecoderTensors(*c) {
+			_, names, err := release.Lookup(m, row)
+			if err != nil {
+				continue
+			}
+			for _, n := range names {
+				part[n] = "text"
+				experts[n] = row.Stacked()
+			}
+		}
+	}
+	if r != nil && r.Config.Head != nil {
+		for _, row := range release.HeadTensors(*r.Config.Head) {
+			part[row.Name] = "head"
+		}
+	}
 	byType := map[quant.Type]*TypeStat{}
 	for _, n := range m.Names() {
 		t, _ := m.Tensor(n)
 		p := int64(t.Elements())
-		b := int64(len(t.Data))
+		b := t.Size()
 		if t.Scales != nil {
-			b += int64(len(t.Scales.Data) + len(t.Biases.Data))
+			b += t.Scales.Size() + t.Biases.Size()
 		}
-		d.Tensors++
+		// A stacked tensor counts as its experts, as the release stores them.
+		count := 1
+		if experts[n] && len(t.Shape) == 3 {
+			count = t.Shape[0]
+		}
+		d.Tensors += count
 		d.WeightBytes += b
 		s := byType[t.Type]
 		if s == nil {
 			s = &TypeStat{Type: t.Type}
 			byType[t.Type] = s
 		}
-		s.Tensors++
+		s.Tensors += count
 		s.Params += p
 		s.Bytes += b
 		d.Params.Total += p
-		switch {
-		case strings.HasPrefix(n, "thinker.model."), strings.HasPrefix(n, "thinker.lm_head."):
+		what := part[n]
+		if what == "" {
+			what = release.TowerOf(n)
+		}
+		switch what {
+		case "text":
 			d.Params.Text += p
-			if strings.Contains(n, ".mlp.experts.") {
+			if experts[n] {
 				d.Params.Experts += p
 			}
-		case strings.HasPrefix(n, "thinker.audio_tower."):
+		case "audio":
 			d.Params.Audio += p
-		case strings.HasPrefix(n, "thinker.visual."):
+		case "vision":
 			d.Params.Vision += p
-		case !strings.HasPrefix(n, "thinker."):
+		case "head":
 			d.Params.Head += p
 		}
 	}
@@ -139,11 +177,11 @@ func Describe(path string, ctx int) (*Description, error) {
 // one layer: residual, normed input and attention output (3 x hidden), q, k
 // and v, router logits, the top-k experts' gate and up outputs, and one
 // 512-query tile of attention scores per head.
-func estimateMemory(c *TextConfig, weightBytes int64, ctx int) Memory {
+func estimateMemory(c *release.Text, weightBytes int64, ctx int) Memory {
 	m := Memory{Context: ctx, Weights: weightBytes, Available: systemMemory()}
 	if c != nil {
 		l := int64(ctx)
-		perTok := int64(3*c.Hidden + (c.Heads+2*c.KVHeads)*c.HeadDim + c.Experts + 2*c.TopK*c.ExpertFF)
+		perTok := int64(3*c.Hidden + (c.Heads+2*c.KVHeads)*c.HeadDim + c.Experts + 2*c.TopK*c.ExpertFFN)
 		tile := int64(min(ctx, 512))
 		m.Activations = 4 * (l*perTok + int64(c.Heads)*tile*l)
 		m.KV = 4 * 2 * l * int64(c.KVHeads*c.HeadDim)
@@ -153,30 +191,20 @@ func estimateMemory(c *TextConfig, weightBytes int64, ctx int) Memory {
 	return m
 }
 
-// describeArch names the architecture and reads the text config.
-func describeArch(path string, set *weights.Set) (string, *TextConfig) {
-	if set == nil {
-		return "unknown", nil
-	}
-	if set.Format == "gguf" {
-		f := set.GGUF[0]
+// describeArch names the architecture.
+func describeArch(r *release.Release) string {
+	if f := r.Backbone; f != nil {
 		arch, _ := f.Architecture()
 		desc := arch + " (GGUF v" + fmt.Sprint(f.Version)
-		if ft, err := f.String("clef.file_type"); err == nil {
+		if ft, err := f.String(release.GGUFFileTypeKey); err == nil {
 			desc += ", " + ft
 		} else if ft, err := f.Uint("general.file_type"); err == nil {
 			desc += fmt.Sprintf(", llama.cpp file type %d", ft)
 		}
-		if len(set.GGUF) > 1 {
+		if r.Companion != nil {
 			desc += ", with companion"
 		}
-		desc += ")"
-		c, _ := GGUFTextConfig(f)
-		return desc, c
-	}
-	dir := path
-	if st, err := os.Stat(path); err == nil && !st.IsDir() {
-		dir = filepath.Dir(path)
+		return desc + ")"
 	}
 	var top struct {
 		ModelType     string   `json:"model_type"`
@@ -186,9 +214,8 @@ func describeArch(path string, set *weights.Set) (string, *TextConfig) {
 			GroupSize int `json:"group_size"`
 		} `json:"quantization"`
 	}
-	b, err := os.ReadFile(filepath.Join(dir, "config.json"))
-	if err != nil || json.Unmarshal(b, &top) != nil {
-		return "unknown (no config.json)", nil
+	if json.Unmarshal(r.Files[release.ConfigFile], &top) != nil {
+		return "unknown (config.json unreadable)"
 	}
 	desc := top.ModelType
 	if len(top.Architectures) > 0 {
@@ -197,8 +224,7 @@ func describeArch(path string, set *weights.Set) (string, *TextConfig) {
 	if top.Quantization != nil {
 		desc += fmt.Sprintf(", MLX affine %d-bit, group %d", top.Quantization.Bits, top.Quantization.GroupSize)
 	}
-	c, _ := ReadTextConfig(dir)
-	return desc, c
+	return desc
 }
 
 // modelFiles lists the files the model was read from.

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/clefrt/clef/engine/release"
 	"github.com/clefrt/clef/engine/weights"
 	"github.com/clefrt/clef/quant"
 )
@@ -50,11 +51,12 @@ func affine4(w []float32, rows, cols, g int) (codes, scales, biases []byte) {
 // towers and head as they are.
 func writeMLXTiny(t *testing.T, dir string) {
 	t.Helper()
-	rel, err := weights.Open(tinyRelease)
+	r, err := release.Open(tinyRelease)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rel.Close()
+	defer r.Close()
+	rel := r.Weights
 	const g = 32
 	var out []*weights.Tensor
 	stacked := map[string][]float32{}
@@ -134,16 +136,11 @@ func TestMLXInspectAndQuantize(t *testing.T) {
 	if mlxParams == 0 {
 		t.Fatal("no MLX tensors")
 	}
-	src, err := weights.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
 	q8, _ := ParseFileType("q8_0")
 	out := filepath.Join(t.TempDir(), "m.gguf")
 	res, err := Quantize(dir, Options{Type: q8, Out: out})
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkQuantized(t, src, out, res)
+	checkQuantized(t, dir, out, res)
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/clefrt/clef/engine/release"
 	"github.com/clefrt/clef/quant"
 )
 
@@ -41,24 +42,6 @@ func ParseFileType(name string) (FileType, error) {
 	return FileType{}, fmt.Errorf("unknown quantization type %q (want one of %s)", name, strings.Join(names, ", "))
 }
 
-// Role is what a backbone tensor does, which decides its type.
-type Role int
-
-// Tensor roles of the text backbone.
-const (
-	RoleNorm    Role = iota // RMSNorm weights (1-D)
-	RoleRouter              // mlp.gate: ffn_gate_inp
-	RoleEmbed               // token_embd
-	RoleOutput              // lm_head: output
-	RoleAttnQ               // attn_q
-	RoleAttnK               // attn_k
-	RoleAttnV               // attn_v
-	RoleAttnOut             // attn_output
-	RoleFFNGate             // ffn_gate_exps
-	RoleFFNUp               // ffn_up_exps
-	RoleFFNDown             // ffn_down_exps
-)
-
 // useMoreBits is llama.cpp's choice of layers that get a higher type in the
 // _M mixtures: the first and last eighth of the layers and every third layer
 // in between.
@@ -82,9 +65,9 @@ func useMoreBits(layer, layers int) bool {
 //   - q2_k: attn_v and ffn_down_exps get Q3_K (attn_v Q4_K with 4 or more
 //     query heads per KV head, as llama.cpp does); attn_output Q3_K; output
 //     Q6_K.
-func TensorType(ft FileType, role Role, layer, layers, gqa int) quant.Type {
+func TensorType(ft FileType, role release.Role, layer, layers, gqa int) quant.Type {
 	switch role {
-	case RoleNorm, RoleRouter:
+	case release.RoleNorm, release.RoleRouter:
 		return quant.F32
 	}
 	base := ft.Base
@@ -92,37 +75,37 @@ func TensorType(ft FileType, role Role, layer, layers, gqa int) quant.Type {
 	case quant.BF16, quant.Q8_0, quant.Q6_K:
 		return base
 	}
-	if role == RoleOutput {
+	if role == release.RoleOutput {
 		return quant.Q6_K
 	}
 	switch base {
 	case quant.Q5_K, quant.Q4_K:
-		if (role == RoleAttnV || role == RoleFFNDown) && useMoreBits(layer, layers) {
+		if (role == release.RoleAttnV || role == release.RoleFFNDown) && useMoreBits(layer, layers) {
 			return quant.Q6_K
 		}
 	case quant.Q3_K:
 		switch role {
-		case RoleAttnV:
+		case release.RoleAttnV:
 			if layer < 2 {
 				return quant.Q5_K
 			}
 			return quant.Q4_K
-		case RoleFFNDown:
+		case release.RoleFFNDown:
 			if layer < layers/16 {
 				return quant.Q5_K
 			}
 			return quant.Q4_K
-		case RoleAttnOut:
+		case release.RoleAttnOut:
 			return quant.Q4_K
 		}
 	case quant.Q2_K:
 		switch role {
-		case RoleAttnV:
+		case release.RoleAttnV:
 			if gqa >= 4 {
 				return quant.Q4_K
 			}
 			return quant.Q3_K
-		case RoleFFNDown, RoleAttnOut:
+		case release.RoleFFNDown, release.RoleAttnOut:
 			return quant.Q3_K
 		}
 	}

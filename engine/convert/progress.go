@@ -24,7 +24,7 @@ func newProgress(w io.Writer, items []item) *progress {
 	p := &progress{w: w, tensors: len(items), began: time.Now()}
 	for _, it := range items {
 		for _, t := range it.src {
-			p.total += int64(len(t.Data))
+			p.total += t.Size()
 		}
 	}
 	return p

@@ -15,20 +15,14 @@ const (
 	attnKeyBlock = 64
 )
 
-// Attention is causal grouped-query attention with an online softmax over
-// blocks of keys: memory is O(L·headDim) whatever the length. Two query
-// heads that read the same kv head are scored together (a 2×4 tile of
-// heads × keys), so every key row is loaded once for both.
-func (b *Backend) Attention(q, k, v *backend.Tensor, nHead, nKV int, scale float32) (*backend.Tensor, error) {
-	if q != nil && k != nil && q.Rows() != k.Rows() {
-		return nil, fmt.Errorf("cpu: Attention: %d query rows, %d key rows", q.Rows(), k.Rows())
-	}
-	return b.AttentionTail(q, k, v, nHead, nKV, scale)
-}
-
-// AttentionTail is Attention for queries that are the last rows of the key
-// sequence (a chunk of a longer prompt): query i attends keys 0..Lk-Lq+i.
-func (b *Backend) AttentionTail(q, k, v *backend.Tensor, nHead, nKV int, scale float32) (*backend.Tensor, error) {
+// Attention is grouped-query attention with an online softmax over blocks
+// of keys: memory is O(L·headDim) whatever the length. Two query heads that
+// read the same kv head are scored together (a 2×4 tile of heads × keys), so
+// every key row is loaded once for both. Each query row runs over the keys
+// [lo, hi) its masks leave it (o.KeyRanges), in blocks from lo; a causal
+// row of the decoder, lo = 0, is computed exactly as before the masks were
+// options.
+func (b *Backend) Attention(q, k, v *backend.Tensor, o backend.AttentionOptions) (*backend.Tensor, error) {
 	qf, L, qc, err := act(q, "Attention q")
 	if err != nil {
 		return nil, err
@@ -41,31 +35,32 @@ func (b *Backend) AttentionTail(q, k, v *backend.Tensor, nHead, nKV int, scale f
 	if err != nil {
 		return nil, err
 	}
-	if nHead <= 0 || nKV <= 0 || nHead%nKV != 0 || qc%nHead != 0 {
-		return nil, fmt.Errorf("cpu: Attention: %d query heads, %d kv heads, width %d do not fit", nHead, nKV, qc)
+	if vl != kl || vc != kc {
+		return nil, fmt.Errorf("cpu: Attention: k [%d %d] and v [%d %d] differ", kl, kc, vl, vc)
 	}
-	d := qc / nHead
-	if kl < L || vl != kl || kc != nKV*d || vc != nKV*d {
-		return nil, fmt.Errorf("cpu: Attention: q [%d %d], k [%d %d], v [%d %d] do not fit %d/%d heads of %d", L, qc, kl, kc, vl, vc, nHead, nKV, d)
+	d, err := o.Check(L, qc, kl, kc)
+	if err != nil {
+		return nil, fmt.Errorf("cpu: Attention: %w", err)
 	}
-	off := kl - L // position of query row 0
-	group := nHead / nKV
+	ranges := o.KeyRanges(L, kl)
+	group := o.Heads / o.KVHeads
 	pair := 1
 	if group%2 == 0 {
 		pair = 2
 	}
-	units := nHead / pair
+	units := o.Heads / pair
 	out := make([]float32, L*qc)
 	qBlocks := (L + attnQueryBlock - 1) / attnQueryBlock
+	scale := o.Scale
 	b.parallelDynamic(units*qBlocks, func(_, item int) {
-		// Hand out the longest (last) query blocks first.
+		// Hand out the last query blocks (the longest, when causal) first.
 		h0 := item % units * pair
 		qb := qBlocks - 1 - item/units
 		kvh := h0 / group
 		var st attnState
 		st.init(d, pair)
 		for i := qb * attnQueryBlock; i < min(L, (qb+1)*attnQueryBlock); i++ {
-			st.row(qf[i*qc+h0*d:i*qc+(h0+pair)*d], kf[kvh*d:], vf[kvh*d:], kc, off+i+1, scale)
+			st.row(qf[i*qc+h0*d:i*qc+(h0+pair)*d], kf[kvh*d:], vf[kvh*d:], kc, ranges[i][0], ranges[i][1], scale)
 			st.write(out[i*qc+h0*d : i*qc+(h0+pair)*d])
 		}
 	})
@@ -89,8 +84,8 @@ func (st *attnState) init(d, nh int) {
 }
 
 // row attends the query row(s) q (nh heads of d values, adjacent) over keys
-// 0..n-1: k and v start at the kv head's first value, rows stride apart.
-func (st *attnState) row(q, k, v []float32, stride, n int, scale float32) {
+// lo..hi-1: k and v start at the kv head's first value, rows stride apart.
+func (st *attnState) row(q, k, v []float32, stride, lo, hi int, scale float32) {
 	d, nh := st.d, st.nh
 	for h := 0; h < nh; h++ {
 		st.m[h] = float32(math.Inf(-1))
@@ -99,8 +94,8 @@ func (st *attnState) row(q, k, v []float32, stride, n int, scale float32) {
 	}
 	var r8 [8]float32
 	var r4 [4]float32
-	for j0 := 0; j0 < n; j0 += attnKeyBlock {
-		j1 := min(n, j0+attnKeyBlock)
+	for j0 := lo; j0 < hi; j0 += attnKeyBlock {
+		j1 := min(hi, j0+attnKeyBlock)
 		j := j0
 		for ; j+4 <= j1; j += 4 {
 			if nh == 2 {

@@ -95,8 +95,10 @@ func (b *Backend) Weight(t *weights.Tensor) (*backend.Tensor, error) {
 		rows, cols = 1, t.Shape[0]
 	case 2:
 		rows, cols = t.Shape[0], t.Shape[1]
+	case 3:
+		return b.stackWeight(t)
 	default:
-		return nil, fmt.Errorf("cpu: weight %s: shape %v is not 1-D or 2-D", t.Name, t.Shape)
+		return nil, fmt.Errorf("cpu: weight %s: shape %v is not 1-D, 2-D or stacked 3-D", t.Name, t.Shape)
 	}
 	if rows <= 0 || cols <= 0 {
 		return nil, fmt.Errorf("cpu: weight %s: bad shape %v", t.Name, t.Shape)

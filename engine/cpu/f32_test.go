@@ -140,7 +140,7 @@ func BenchmarkAttention(b *testing.B) {
 	q, k, v := mk(L, nh*d), mk(L, nkv*d), mk(L, nkv*d)
 	b.SetBytes(int64(L) * int64(L) * nh * d * 2) // ≈ causal flops of QKᵀ and PV
 	for i := 0; i < b.N; i++ {
-		out, err := be.Attention(q, k, v, nh, nkv, 0.088)
+		out, err := be.Attention(q, k, v, backend.AttentionOptions{Heads: nh, KVHeads: nkv, Scale: 0.088, Causal: true})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/clefrt/clef/engine/backend"
 	"github.com/clefrt/clef/engine/cpu/kernels"
+	"github.com/clefrt/clef/engine/weights"
 	"github.com/clefrt/clef/quant"
 )
 
@@ -71,11 +72,50 @@ func (b *Backend) Route(logits *backend.Tensor, k int, norm bool) (*backend.Tens
 	return idT, newAct(ws, L, k), nil
 }
 
+// stacked is the handle of stacked expert weights [E, out, in]: one bound
+// 2-D weight per expert, over that expert's bytes of the mapped tensor
+// (either stacked form of weights.Tensor).
+type stacked struct {
+	experts []*backend.Tensor
+}
+
+// stackOf returns the per-expert weights of a stacked tensor.
+func stackOf(t *backend.Tensor, what string) ([]*backend.Tensor, error) {
+	if t == nil {
+		return nil, fmt.Errorf("cpu: MoE: no %s experts", what)
+	}
+	st, ok := t.Handle.(*stacked)
+	if !ok {
+		return nil, fmt.Errorf("cpu: MoE: %s experts are %v %T, not a stacked [E, out, in] weight", what, t.Shape, t.Handle)
+	}
+	return st.experts, nil
+}
+
+// stackWeight binds a stacked weights.Tensor [E, out, in] expert by expert.
+func (b *Backend) stackWeight(t *weights.Tensor) (*backend.Tensor, error) {
+	E := t.Shape[0]
+	if E <= 0 || (t.Parts != nil && len(t.Parts) != E) {
+		return nil, fmt.Errorf("cpu: weight %s: %d parts for shape %v", t.Name, len(t.Parts), t.Shape)
+	}
+	if t.Parts == nil && E > 0 && len(t.Data)%E != 0 {
+		return nil, fmt.Errorf("cpu: weight %s: %d bytes do not split into %d experts", t.Name, len(t.Data), E)
+	}
+	st := &stacked{experts: make([]*backend.Tensor, E)}
+	for e := range st.experts {
+		w, err := b.Weight(t.Slice(e))
+		if err != nil {
+			return nil, fmt.Errorf("%w (expert %d)", err, e)
+		}
+		st.experts[e] = w
+	}
+	return &backend.Tensor{Type: t.Type, Shape: append([]int(nil), t.Shape...), Handle: st}, nil
+}
+
 // MoE runs the routed experts as a gathered matmul: the rows routed to each
 // expert are gathered into one matrix and pushed through that expert's
 // gate, up and down projections as three GEMMs; workers take experts one at
 // a time. Each row then sums its experts' outputs, weighted, in expert order.
-func (b *Backend) MoE(x, ids, weights *backend.Tensor, experts []backend.Expert) (*backend.Tensor, error) {
+func (b *Backend) MoE(x, ids, weights *backend.Tensor, ex backend.Experts) (*backend.Tensor, error) {
 	xf, L, hidden, err := act(x, "MoE x")
 	if err != nil {
 		return nil, err
@@ -95,7 +135,26 @@ func (b *Backend) MoE(x, ids, weights *backend.Tensor, experts []backend.Expert)
 	if wr != L || wc != k {
 		return nil, fmt.Errorf("cpu: MoE: weights %v do not match ids %v", weights.Shape, ids.Shape)
 	}
-	E := len(experts)
+	gates, err := stackOf(ex.Gate, "gate")
+	if err != nil {
+		return nil, err
+	}
+	ups, err := stackOf(ex.Up, "up")
+	if err != nil {
+		return nil, err
+	}
+	downs, err := stackOf(ex.Down, "down")
+	if err != nil {
+		return nil, err
+	}
+	E := len(gates)
+	if len(ups) != E || len(downs) != E {
+		return nil, fmt.Errorf("cpu: MoE: %d gate, %d up and %d down experts", E, len(ups), len(downs))
+	}
+	experts := make([]struct{ Gate, Up, Down *backend.Tensor }, E)
+	for e := range experts {
+		experts[e].Gate, experts[e].Up, experts[e].Down = gates[e], ups[e], downs[e]
+	}
 	// Group (row, slot) pairs by expert.
 	count := make([]int, E)
 	for i, e := range id {

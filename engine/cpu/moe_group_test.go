@@ -13,12 +13,13 @@ import (
 
 // TestMoEGroupsAgree checks that every grouping of the experts (one group,
 // groups of a few experts, one expert at a time with split GEMMs) and every
-// thread count give bit-identical sums, for weights whose gate shares one
-// quantization of x (Q8_0, Q4_K) and for mixed gate types that do not.
+// thread count give bit-identical sums, for weights whose gate and up share
+// one quantization of x (Q8_0, Q4_K) and for a gate and up of types that do
+// not.
 func TestMoEGroupsAgree(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	const L, E, k, hidden, ffn = 53, 11, 4, 256, 96
-	bind := func(b *Backend, typ quant.Type, rows, cols int) *backend.Tensor {
+	bind := func(typ quant.Type, rows, cols int) *weights.Tensor {
 		f, err := quant.FormatOf(typ)
 		if err != nil {
 			t.Fatal(err)
@@ -32,19 +33,15 @@ func TestMoEGroupsAgree(t *testing.T) {
 		for r := 0; r < rows; r++ {
 			f.Quantize(data[r*rb:(r+1)*rb], v[r*cols:(r+1)*cols], nil)
 		}
-		w, err := b.Weight(&weights.Tensor{Name: "w", Type: typ, Shape: []int{rows, cols}, Data: data})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return w
+		return &weights.Tensor{Name: "w", Type: typ, Shape: []int{rows, cols}, Data: data}
 	}
-	for _, gates := range [][]quant.Type{{quant.Q8_0}, {quant.Q4_K}, {quant.Q8_0, quant.Q4_K}} {
+	for _, gates := range [][]quant.Type{{quant.Q8_0, quant.Q8_0}, {quant.Q4_K, quant.Q4_K}, {quant.Q8_0, quant.Q4_K}} {
 		b1 := New(backend.Options{Threads: 1})
-		experts := make([]backend.Expert, E)
-		for e := range experts {
-			g := gates[e%len(gates)]
-			experts[e] = backend.Expert{Gate: bind(b1, g, ffn, hidden), Up: bind(b1, g, ffn, hidden), Down: bind(b1, quant.Q8_0, hidden, ffn)}
+		gs, us, ds := make([]*weights.Tensor, E), make([]*weights.Tensor, E), make([]*weights.Tensor, E)
+		for e := 0; e < E; e++ {
+			gs[e], us[e], ds[e] = bind(gates[0], ffn, hidden), bind(gates[1], ffn, hidden), bind(quant.Q8_0, hidden, ffn)
 		}
+		experts := backend.Experts{Gate: stackExperts(t, b1, gs), Up: stackExperts(t, b1, us), Down: stackExperts(t, b1, ds)}
 		x := make([]float32, L*hidden)
 		logits := make([]float32, L*E)
 		for i := range x {

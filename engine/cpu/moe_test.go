@@ -19,7 +19,7 @@ func TestMoEPathsAgree(t *testing.T) {
 	for _, typ := range []quant.Type{quant.F32, quant.Q8_0} {
 		for _, threads := range []int{1, 3} {
 			b := New(backend.Options{Threads: threads})
-			bind := func(rows, cols int) *backend.Tensor {
+			bind := func(rows, cols int) *weights.Tensor {
 				f, _ := quant.FormatOf(typ)
 				v := make([]float32, rows*cols)
 				for i := range v {
@@ -30,16 +30,13 @@ func TestMoEPathsAgree(t *testing.T) {
 				for r := 0; r < rows; r++ {
 					f.Quantize(data[r*rb:(r+1)*rb], v[r*cols:(r+1)*cols], nil)
 				}
-				w, err := b.Weight(&weights.Tensor{Name: "w", Type: typ, Shape: []int{rows, cols}, Data: data})
-				if err != nil {
-					t.Fatal(err)
-				}
-				return w
+				return &weights.Tensor{Name: "w", Type: typ, Shape: []int{rows, cols}, Data: data}
 			}
-			experts := make([]backend.Expert, E)
-			for e := range experts {
-				experts[e] = backend.Expert{Gate: bind(ffn, hidden), Up: bind(ffn, hidden), Down: bind(hidden, ffn)}
+			gates, ups, downs := make([]*weights.Tensor, E), make([]*weights.Tensor, E), make([]*weights.Tensor, E)
+			for e := 0; e < E; e++ {
+				gates[e], ups[e], downs[e] = bind(ffn, hidden), bind(ffn, hidden), bind(hidden, ffn)
 			}
+			experts := backend.Experts{Gate: stackExperts(t, b, gates), Up: stackExperts(t, b, ups), Down: stackExperts(t, b, downs)}
 			x := make([]float32, L*hidden)
 			logits := make([]float32, L*E)
 			for i := range x {
@@ -73,4 +70,19 @@ func TestMoEPathsAgree(t *testing.T) {
 			}
 		}
 	}
+}
+
+// stackExperts binds per-expert matrices as one stacked weight [E, out, in],
+// in the parted form of the bf16 release.
+func stackExperts(t testing.TB, b backend.Backend, ts []*weights.Tensor) *backend.Tensor {
+	t.Helper()
+	st, err := weights.Stack("experts", ts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := b.Weight(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
 }

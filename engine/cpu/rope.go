@@ -8,33 +8,27 @@ import (
 )
 
 // RoPE rotates every head of x [L, heads*HeadDim] by its row's positions,
-// NeoX half-split pairing, M-RoPE stream per frequency as r describes.
-// The inverse frequencies and angles are rounded to float32 the way the
-// float32 reference computes them.
+// NeoX half-split pairing, each frequency reading the position stream and
+// inverse frequency of the table r. The angle is the float32 product of the
+// position and the inverse frequency, its cosine and sine rounded to
+// float32, as the float32 reference computes them.
 func (b *Backend) RoPE(x *backend.Tensor, pos [][3]int, r backend.RoPE) (*backend.Tensor, error) {
 	xf, rows, c, err := act(x, "RoPE x")
 	if err != nil {
 		return nil, err
 	}
+	if err := r.Check(); err != nil {
+		return nil, fmt.Errorf("cpu: RoPE: %w", err)
+	}
 	d := r.HeadDim
-	if d <= 0 || d%2 != 0 || c%d != 0 {
-		return nil, fmt.Errorf("cpu: RoPE: head dim %d does not divide rows of %d evenly into even heads", d, c)
+	if c%d != 0 {
+		return nil, fmt.Errorf("cpu: RoPE: head dim %d does not divide rows of %d evenly into heads", d, c)
 	}
 	if len(pos) != rows {
 		return nil, fmt.Errorf("cpu: RoPE: %d positions for %d rows", len(pos), rows)
 	}
-	if r.Theta <= 0 {
-		return nil, fmt.Errorf("cpu: RoPE: theta %v must be positive", r.Theta)
-	}
 	half := d / 2
-	stream, err := r.Streams()
-	if err != nil {
-		return nil, fmt.Errorf("cpu: RoPE: %w", err)
-	}
-	inv := make([]float32, half)
-	for i := range inv {
-		inv[i] = float32(1 / float64(float32(math.Pow(r.Theta, float64(2*i)/float64(d)))))
-	}
+	stream, inv := r.Streams, r.InvFreq
 	heads := c / d
 	out := make([]float32, len(xf))
 	b.parallel(rows, 16, func(lo, hi int) {

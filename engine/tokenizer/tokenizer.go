@@ -7,6 +7,13 @@
 // hand-written pre-tokenizer (pretokenize.go), and each piece is merged by BPE
 // over its raw bytes (bpe.go). Decoding maps ids back to bytes and replaces
 // invalid UTF-8 like Python's errors="replace".
+//
+// The tokenizer also travels inside GGUF files as llama.cpp's tokenizer.ggml.*
+// metadata (model "gpt2", pre-tokenizer "qwen2"), both ways (gguf.go):
+// GGUFMetadata writes it from a release's tokenizer.json and
+// tokenizer_config.json as key/value pairs for a GGUF writer (clef quantize),
+// and FromGGUF rebuilds the Tokenizer from any Metadata getter (a GGUF file
+// opened by the weights package). The package itself knows no GGUF container.
 package tokenizer
 
 import (

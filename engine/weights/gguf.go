@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"strings"
 
 	"github.com/clefrt/clef/quant"
 )
@@ -513,71 +512,9 @@ func parseGGUF(path string, data []byte) (*GGUFFile, error) {
 
 func alignUp(n, a int64) int64 { return (n + a - 1) / a * a }
 
-// ggufArchitectures are the llama.cpp architectures whose tensors map onto
-// the thinker's text model: qwen3moe (clef quantize, llama.cpp's Qwen3-MoE)
-// and qwen3vlmoe (llama.cpp's converter for Qwen3-Omni/Qwen3-VL MoE text).
-var ggufArchitectures = map[string]bool{"qwen3moe": true, "qwen3vlmoe": true}
-
-// ggufLayerNames maps llama.cpp per-layer tensor names (after "blk.N.") to
-// the canonical names (after "thinker.model.layers.N.").
-var ggufLayerNames = map[string]string{
-	"attn_norm.weight":    "input_layernorm.weight",
-	"attn_q.weight":       "self_attn.q_proj.weight",
-	"attn_k.weight":       "self_attn.k_proj.weight",
-	"attn_v.weight":       "self_attn.v_proj.weight",
-	"attn_output.weight":  "self_attn.o_proj.weight",
-	"attn_q_norm.weight":  "self_attn.q_norm.weight",
-	"attn_k_norm.weight":  "self_attn.k_norm.weight",
-	"ffn_norm.weight":     "post_attention_layernorm.weight",
-	"ffn_gate_inp.weight": "mlp.gate.weight",
-}
-
-// ggufExpertNames maps the stacked expert tensors to the per-expert
-// projection name.
-var ggufExpertNames = map[string]string{
-	"ffn_gate_exps.weight": "gate_proj.weight",
-	"ffn_up_exps.weight":   "up_proj.weight",
-	"ffn_down_exps.weight": "down_proj.weight",
-}
-
-// ggufGlobalNames maps the non-layer text tensors.
-var ggufGlobalNames = map[string]string{
-	"token_embd.weight":  "thinker.model.embed_tokens.weight",
-	"output_norm.weight": "thinker.model.norm.weight",
-	"output.weight":      "thinker.lm_head.weight",
-}
-
-// canonicalFromGGUF splits a llama.cpp tensor name into its canonical name;
-// for stacked experts it returns the layer prefix and projection name with
-// experts true. Unknown names are returned unchanged.
-func canonicalFromGGUF(name string) (canon string, experts bool) {
-	if c, ok := ggufGlobalNames[name]; ok {
-		return c, false
-	}
-	rest, ok := strings.CutPrefix(name, "blk.")
-	if !ok {
-		return name, false
-	}
-	layer, tail, ok := strings.Cut(rest, ".")
-	if !ok || layer == "" || strings.TrimLeft(layer, "0123456789") != "" {
-		return name, false
-	}
-	prefix := "thinker.model.layers." + layer + "."
-	if c, ok := ggufLayerNames[tail]; ok {
-		return prefix + c, false
-	}
-	if c, ok := ggufExpertNames[tail]; ok {
-		return prefix + "mlp.experts.%d." + c, true
-	}
-	return name, false
-}
-
-// addGGUF adds the tensors of a GGUF file to the set, mapping llama.cpp
-// names for text architectures and splitting stacked experts into per-expert
-// views. Other files (the companion) keep their stored names.
+// addGGUF adds the tensors of a GGUF file to the set under their stored
+// names (a stacked *_exps tensor stays one [E, out, in] tensor).
 func (s *Set) addGGUF(f *GGUFFile) error {
-	arch, _ := f.String("general.architecture")
-	mapNames := ggufArchitectures[arch]
 	for i := range f.Tensors {
 		ti := &f.Tensors[i]
 		shape := ti.Shape()
@@ -593,29 +530,8 @@ func (s *Set) addGGUF(f *GGUFFile) error {
 				shape[i] = int(d)
 			}
 		}
-		if !mapNames {
-			if err := s.add(&Tensor{Name: ti.Name, Type: ti.Type, Shape: shape, Data: ti.Data}, f.Path); err != nil {
-				return err
-			}
-			continue
-		}
-		canon, experts := canonicalFromGGUF(ti.Name)
-		if !experts {
-			if err := s.add(&Tensor{Name: canon, Type: ti.Type, Shape: shape, Data: ti.Data}, f.Path); err != nil {
-				return err
-			}
-			continue
-		}
-		if len(shape) != 3 {
-			return fmt.Errorf("%s: tensor %q: stacked experts need 3 dimensions, have %v", f.Path, ti.Name, shape)
-		}
-		n := shape[0]
-		per := len(ti.Data) / max(n, 1)
-		for e := 0; e < n; e++ {
-			t := &Tensor{Name: fmt.Sprintf(canon, e), Type: ti.Type, Shape: shape[1:], Data: ti.Data[e*per : (e+1)*per : (e+1)*per]}
-			if err := s.add(t, f.Path); err != nil {
-				return err
-			}
+		if err := s.add(&Tensor{Name: ti.Name, Type: ti.Type, Shape: shape, Data: ti.Data}, f.Path); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -652,36 +568,14 @@ func sameElements(orig []int64, shape []int) bool {
 	return len(shape) > 0 && int64(shape[len(shape)-1]) == inner || n == 0
 }
 
-// openGGUFModel opens a GGUF file as a Model, with its companion
-// (FILE.head.gguf next to FILE.gguf) when there is one.
-func openGGUFModel(path string) (Model, error) {
-	s := newSet("gguf", path)
-	paths := []string{path}
-	if c := CompanionPath(path); c != path && fileExists(c) {
-		paths = append(paths, c)
+// addGGUFFile maps a GGUF file and adds its tensors; the parsed file is
+// appended to s.GGUF.
+func (s *Set) addGGUFFile(path string) error {
+	f, err := OpenGGUF(path)
+	if err != nil {
+		return err
 	}
-	for _, p := range paths {
-		f, err := OpenGGUF(p)
-		if err != nil {
-			s.Close()
-			return nil, err
-		}
-		s.files = append(s.files, f.m)
-		s.GGUF = append(s.GGUF, f)
-		if err := s.addGGUF(f); err != nil {
-			s.Close()
-			return nil, fmt.Errorf("weights: %v", err)
-		}
-	}
-	return s, nil
-}
-
-// CompanionPath returns the companion file clef quantize writes next to a
-// backbone GGUF: FILE.gguf -> FILE.head.gguf. For a companion it returns the
-// path unchanged.
-func CompanionPath(path string) string {
-	if strings.HasSuffix(path, companionExt) {
-		return path
-	}
-	return strings.TrimSuffix(path, ggufExtension) + companionExt
+	s.files = append(s.files, f.m)
+	s.GGUF = append(s.GGUF, f)
+	return s.addGGUF(f)
 }

@@ -3,8 +3,10 @@ package weights
 import (
 	"bytes"
 	"encoding/binary"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -46,8 +48,10 @@ func TestGGUFRoundTripFixtures(t *testing.T) {
 	}
 }
 
-func TestGGUFModelNames(t *testing.T) {
-	m, err := Open(ggufFixtures[2])
+// A GGUF's tensors keep their llama.cpp names; stacked experts stay one
+// [E, out, in] tensor whose matrices Part and Slice address.
+func TestGGUFStoredNames(t *testing.T) {
+	m, err := Open(ggufFixtures[2], Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,15 +68,15 @@ func TestGGUFModelNames(t *testing.T) {
 		t.Errorf("eps %v %v", e, err)
 	}
 	want := map[string][]int{
-		"thinker.model.embed_tokens.weight":                      {256, 256},
-		"thinker.model.layers.1.self_attn.q_proj.weight":         {256, 256},
-		"thinker.model.layers.1.self_attn.k_proj.weight":         {128, 256},
-		"thinker.model.layers.0.mlp.gate.weight":                 {8, 256},
-		"thinker.model.layers.0.mlp.experts.7.gate_proj.weight":  {256, 256},
-		"thinker.model.layers.1.mlp.experts.0.down_proj.weight":  {256, 256},
-		"thinker.model.norm.weight":                              {256},
-		"thinker.model.layers.0.self_attn.q_norm.weight":         {64},
-		"thinker.model.layers.0.post_attention_layernorm.weight": {256},
+		"token_embd.weight":          {256, 256},
+		"blk.1.attn_q.weight":        {256, 256},
+		"blk.1.attn_k.weight":        {128, 256},
+		"blk.0.ffn_gate_inp.weight":  {8, 256},
+		"blk.0.ffn_gate_exps.weight": {8, 256, 256},
+		"blk.1.ffn_down_exps.weight": {8, 256, 256},
+		"output_norm.weight":         {256},
+		"blk.0.attn_q_norm.weight":   {64},
+		"blk.0.ffn_norm.weight":      {256},
 	}
 	for n, sh := range want {
 		ten, err := m.Tensor(n)
@@ -80,25 +84,51 @@ func TestGGUFModelNames(t *testing.T) {
 			t.Error(err)
 			continue
 		}
-		if !equalInts(ten.Shape, sh) {
+		if !slices.Equal(ten.Shape, sh) {
 			t.Errorf("%s: shape %v, want %v", n, ten.Shape, sh)
 		}
 	}
+	if len(m.Names()) != len(f.Tensors) {
+		t.Errorf("%d names for %d stored tensors", len(m.Names()), len(f.Tensors))
+	}
 	for _, n := range m.Names() {
-		if strings.HasPrefix(n, "blk.") || strings.Contains(n, "_exps") {
-			t.Errorf("unmapped name %s", n)
+		if strings.HasPrefix(n, "thinker.") || strings.Contains(n, ".experts.") {
+			t.Errorf("renamed tensor %s: weights keeps stored names", n)
 		}
 	}
-	// Expert views tile the stacked tensor exactly.
+	// The stacked tensor is the file's bytes; its matrices tile them
+	// exactly (the per-expert views the loader used to make).
 	for _, ti := range f.Tensors {
 		if ti.Name != "blk.0.ffn_down_exps.weight" {
 			continue
 		}
+		ten, _ := m.Tensor(ti.Name)
+		if ten.Parts != nil || &ten.Data[0] != &ti.Data[0] || len(ten.Data) != len(ti.Data) {
+			t.Fatal("stacked tensor is not the file's bytes")
+		}
 		per := len(ti.Data) / 8
 		for e := 0; e < 8; e++ {
-			ten, _ := m.Tensor("thinker.model.layers.0.mlp.experts." + string(rune('0'+e)) + ".down_proj.weight")
-			if &ten.Data[0] != &ti.Data[e*per] || len(ten.Data) != per {
-				t.Errorf("expert %d is not a view of its slice of the stacked tensor", e)
+			p := ten.Part(e)
+			if &p[0] != &ti.Data[e*per] || len(p) != per || cap(p) != per {
+				t.Errorf("expert %d: Part is not a view of its slice of the stacked tensor", e)
+			}
+			v := ten.Slice(e)
+			if !slices.Equal(v.Shape, []int{256, 256}) || v.Type != ten.Type || !bytes.Equal(v.Data, ti.Data[e*per:(e+1)*per]) || &v.Data[0] != &ti.Data[e*per] {
+				t.Errorf("expert %d: Slice is %s %v, not the old per-expert view", e, v.Type, v.Shape)
+			}
+			// Row r of expert e is row e*256+r of the stack.
+			rs, err := Rows(v, []int{3})
+			if err != nil {
+				t.Fatal(err)
+			}
+			all, err := Rows(ten, []int{e*256 + 3})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for j := range rs[0] {
+				if math.Float32bits(rs[0][j]) != math.Float32bits(all[0][j]) {
+					t.Fatalf("expert %d row 3 col %d: %v vs %v", e, j, rs[0][j], all[0][j])
+				}
 			}
 		}
 	}
@@ -107,12 +137,12 @@ func TestGGUFModelNames(t *testing.T) {
 // The f32 and q8_0 fixtures hold the same weights: dequantized q8_0 stays
 // within Q8_0's error of the f32 values, norms and router are identical.
 func TestGGUFQ8MatchesF32(t *testing.T) {
-	a, err := Open(ggufFixtures[0])
+	a, err := Open(ggufFixtures[0], Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	b, err := Open(ggufFixtures[1])
+	b, err := Open(ggufFixtures[1], Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,18 +191,6 @@ func abs32(x float32) float32 {
 		return -x
 	}
 	return x
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func TestGGUFValidation(t *testing.T) {
@@ -273,62 +291,6 @@ func TestGGUFWriterChecks(t *testing.T) {
 	}
 }
 
-// llama.cpp's converter names Qwen3-Omni's text model qwen3vlmoe: the same
-// tensors map to the same canonical names.
-func TestGGUFQwen3VLMoE(t *testing.T) {
-	f, err := OpenGGUF(ggufFixtures[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var kv []GGUFKV
-	for _, e := range f.KV {
-		k := e.Key
-		if rest, ok := strings.CutPrefix(k, "qwen3moe."); ok {
-			k = "qwen3vlmoe." + rest
-		}
-		v := e.Value
-		if k == "general.architecture" {
-			v = "qwen3vlmoe"
-		}
-		kv = append(kv, GGUFKV{k, v})
-	}
-	kv = append(kv, GGUFKV{"qwen3vlmoe.rope.dimension_sections", []int32{4, 2, 2, 0}})
-	var buf bytes.Buffer
-	w, err := NewGGUFWriter(&buf, kv, f.Tensors)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, ti := range f.Tensors {
-		w.WriteTensor(ti.Name, ti.Data)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	p := filepath.Join(t.TempDir(), "vl.gguf")
-	os.WriteFile(p, buf.Bytes(), 0o644)
-	a, err := Open(ggufFixtures[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	b, err := Open(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	if strings.Join(a.Names(), ",") != strings.Join(b.Names(), ",") {
-		t.Fatal("qwen3vlmoe names differ from qwen3moe names")
-	}
-	for _, n := range a.Names() {
-		ta, _ := a.Tensor(n)
-		tb, _ := b.Tensor(n)
-		if !bytes.Equal(ta.Data, tb.Data) || !equalInts(ta.Shape, tb.Shape) {
-			t.Fatalf("%s differs", n)
-		}
-	}
-}
-
 func BenchmarkParseGGUF(b *testing.B) {
 	data, err := os.ReadFile(ggufFixtures[2])
 	if err != nil {
@@ -344,7 +306,7 @@ func BenchmarkParseGGUF(b *testing.B) {
 
 func BenchmarkOpenRelease(b *testing.B) {
 	for b.Loop() {
-		m, err := Open(tinyRelease)
+		m, err := Open(tinyRelease, releaseOptions(tinyRelease))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -353,12 +315,16 @@ func BenchmarkOpenRelease(b *testing.B) {
 }
 
 func BenchmarkRowsQ4K(b *testing.B) {
-	m, err := Open(ggufFixtures[2])
+	m, err := Open(ggufFixtures[2], Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer m.Close()
-	t, _ := m.Tensor("thinker.model.layers.0.mlp.experts.0.up_proj.weight")
+	up, err := m.Tensor("blk.0.ffn_up_exps.weight")
+	if err != nil {
+		b.Fatal(err)
+	}
+	t := up.Slice(0)
 	rows := []int{0, 17, 101, 255}
 	b.SetBytes(int64(len(rows) * t.Shape[1] * 4))
 	for b.Loop() {

@@ -3,7 +3,7 @@ package weights
 import (
 	"encoding/json"
 	"fmt"
-	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/clefrt/clef/quant"
@@ -17,12 +17,10 @@ import (
 // config.json's "quantization" gives the default {group_size, bits} and may
 // override them per module path ("P": {...}) or exclude a module ("P": false).
 //
-// Names are mapped onto the canonical release names: the text model may sit
-// under thinker.model., thinker.language_model.model., language_model.model.
-// or model.language_model.; lm_head under the matching prefix; stacked experts
-// (mlp.switch_mlp.{gate,up,down}_proj, [E, out, in]) become per-expert views.
-// The towers keep or gain their thinker. prefix; talker.* and code2wav.* are
-// skipped; other names are kept as stored.
+// The logical tensor takes the packed one's name ("P.weight"); stacked
+// experts (mlp.switch_mlp.{gate,up,down}_proj) stay one [E, out, in] tensor
+// with [E, out, groups] scales and biases. Which model tensor a name is, is
+// for the model's table (engine/release) to say.
 
 type mlxQuant struct {
 	GroupSize int    `json:"group_size"`
@@ -64,48 +62,23 @@ func mlxConfig(raw json.RawMessage) (def mlxQuant, over map[string]*mlxQuant, er
 	return def, over, nil
 }
 
-// mlxPrefixes maps stored prefixes to canonical ones, longest first.
-var mlxPrefixes = []struct{ from, to string }{
-	{"thinker.language_model.model.", "thinker.model."},
-	{"thinker.language_model.lm_head.", "thinker.lm_head."},
-	{"thinker.model.", "thinker.model."},
-	{"thinker.lm_head.", "thinker.lm_head."},
-	{"thinker.", "thinker."},
-	{"language_model.model.", "thinker.model."},
-	{"language_model.lm_head.", "thinker.lm_head."},
-	{"model.language_model.", "thinker.model."},
-	{"lm_head.", "thinker.lm_head."},
-	{"audio_tower.", "thinker.audio_tower."},
-	{"visual.", "thinker.visual."},
-	{"vision_tower.", "thinker.visual."},
-}
-
-func mlxCanonical(name string) string {
-	for _, p := range mlxPrefixes {
-		if rest, ok := strings.CutPrefix(name, p.from); ok {
-			return p.to + rest
-		}
-	}
-	return name
-}
-
-func openMLX(dir string, cfg map[string]json.RawMessage) (Model, error) {
-	def, over, err := mlxConfig(cfg["quantization"])
+func openMLX(dir string, o Options) (Model, error) {
+	def, over, err := mlxConfig(o.MLX)
 	if err != nil {
 		return nil, fmt.Errorf("weights: %s: %v", dir, err)
 	}
-	shards, err := modelShards(dir)
+	shards, err := modelShards(dir, o.Extra)
 	if err != nil {
 		return nil, fmt.Errorf("weights: %v", err)
 	}
 	raw := newSet("mlx", dir)
 	for _, sh := range shards.files {
-		if err := raw.addSafetensors(sh, func(n string) (bool, error) { return !releaseSkipped(n), nil }); err != nil {
+		if err := raw.addSafetensors(sh, o.Keep); err != nil {
 			raw.Close()
 			return nil, fmt.Errorf("weights: %v", err)
 		}
 	}
-	if err := shards.check(raw); err != nil {
+	if err := shards.check(raw, o.Keep); err != nil {
 		raw.Close()
 		return nil, fmt.Errorf("weights: %v", err)
 	}
@@ -115,16 +88,14 @@ func openMLX(dir string, cfg map[string]json.RawMessage) (Model, error) {
 		s.Close()
 		return nil, fmt.Errorf("weights: %v", err)
 	}
-	if hp := filepath.Join(dir, headFile); fileExists(hp) {
-		if err := s.addSafetensors(hp, nil); err != nil {
-			s.Close()
-			return nil, fmt.Errorf("weights: %v", err)
-		}
+	if err := s.addExtra(o.Extra); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("weights: %v", err)
 	}
 	return s, nil
 }
 
-// mlxAssemble builds the canonical tensors of s from the stored ones of raw.
+// mlxAssemble builds the logical tensors of s from the stored ones of raw.
 func mlxAssemble(s, raw *Set, def mlxQuant, over map[string]*mlxQuant) error {
 	// Pass 1: the packed modules and the scales/biases they consume.
 	packed := map[string]bool{}
@@ -143,7 +114,7 @@ func mlxAssemble(s, raw *Set, def mlxQuant, over map[string]*mlxQuant) error {
 		t := raw.tensors[name]
 		file := raw.origin[name]
 		if !packed[name] {
-			if err := addMLX(s, mlxCanonical(name), t, file); err != nil {
+			if err := s.add(t, file); err != nil {
 				return err
 			}
 			continue
@@ -176,7 +147,7 @@ func mlxAssemble(s, raw *Set, def mlxQuant, over map[string]*mlxQuant) error {
 		if err != nil {
 			return fmt.Errorf("%s: tensor %q: %v", file, name, err)
 		}
-		if err := addMLX(s, mlxCanonical(name), qt, file); err != nil {
+		if err := s.add(qt, file); err != nil {
 			return err
 		}
 	}
@@ -207,55 +178,9 @@ func mlxTensor(w, sc, bi *Tensor, typ quant.Type, g int) (*Tensor, error) {
 		if p.Type != quant.F16 && p.Type != quant.BF16 && p.Type != quant.F32 {
 			return nil, fmt.Errorf("%s is %s, want F16, BF16 or F32", p.Name, typeName(p.Type))
 		}
-		if !equalShape(p.Shape, gshape) {
+		if !slices.Equal(p.Shape, gshape) {
 			return nil, fmt.Errorf("%s has shape %v, want %v for %d-bit groups of %d", p.Name, p.Shape, gshape, bits, g)
 		}
 	}
 	return &Tensor{Name: w.Name, Type: typ, Shape: shape, Data: w.Data, Scales: sc, Biases: bi, GroupSize: g}, nil
-}
-
-func equalShape(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
-// addMLX adds one tensor under its canonical name, splitting stacked
-// switch_mlp experts into per-expert views.
-func addMLX(s *Set, canon string, t *Tensor, file string) error {
-	pre, rest, ok := strings.Cut(canon, ".mlp.switch_mlp.")
-	if !ok {
-		c := *t
-		c.Name = canon
-		return s.add(&c, file)
-	}
-	if len(t.Shape) != 3 {
-		return fmt.Errorf("%s: tensor %q: stacked experts need 3 dimensions, have %v", file, t.Name, t.Shape)
-	}
-	n := t.Shape[0]
-	for e := 0; e < n; e++ {
-		v := expertView(t, e, n)
-		v.Name = fmt.Sprintf("%s.mlp.experts.%d.%s", pre, e, rest)
-		if err := s.add(v, file); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// expertView returns expert e of a tensor stacked along its first dimension.
-func expertView(t *Tensor, e, n int) *Tensor {
-	per := len(t.Data) / n
-	v := &Tensor{Name: t.Name, Type: t.Type, Shape: t.Shape[1:], Data: t.Data[e*per : (e+1)*per : (e+1)*per], GroupSize: t.GroupSize}
-	if t.Scales != nil {
-		v.Scales = expertView(t.Scales, e, n)
-		v.Biases = expertView(t.Biases, e, n)
-	}
-	return v
 }

@@ -9,88 +9,105 @@ import (
 	"strings"
 )
 
-// Release-directory file names.
+// Files of a Hugging Face sharded safetensors directory.
 const (
 	indexFile     = "model.safetensors.index.json"
 	singleFile    = "model.safetensors"
-	headFile      = "joint_head.safetensors"
-	configFile    = "config.json"
-	headConfig    = "joint_head_config.json"
-	companionExt  = ".head.gguf"
 	ggufExtension = ".gguf"
 )
 
-// Open opens a model at path:
+// Options tell Open what the container alone cannot: which stored tensors
+// the model uses and which files belong with it. The model's own layout
+// (engine/release) fills them in; weights knows containers, not models.
+type Options struct {
+	// Keep decides, for a sharded safetensors directory, whether a stored
+	// tensor is used (true), skipped (false) or an error. Nil keeps all.
+	// Skipped tensors of an index are still checked to be in their shard.
+	Keep func(name string) (bool, error)
+	// Extra are files opened alongside, every tensor kept (a directory's
+	// head weights; a GGUF's companion). They are left out of the
+	// directory's shard glob.
+	Extra []string
+	// MLX is the "quantization" entry of an MLX checkpoint's configuration:
+	// when set, a directory's packed weight/scales/biases triples become
+	// MLX affine tensors (see mlx.go).
+	MLX json.RawMessage
+}
+
+// Open maps the model at path, never copying tensor data:
 //
-//   - a release directory (Cloudflare/clef-omni layout): sharded safetensors
-//     with model.safetensors.index.json, or a single model.safetensors. The
-//     thinker.* tensors are used; talker.* and code2wav.* are present in the
-//     release and skipped; any other prefix is an error. joint_head.safetensors,
-//     when present, is opened alongside and its tensors keep their torch names
-//     (memory_projection.weight, layers.0.linear1.weight, ...): they never
-//     collide with thinker.* names.
-//   - an MLX directory (config.json with a "quantization" entry): packed
-//     weight/scales/biases become MLXAffine4/8 tensors under canonical names,
-//     stacked switch_mlp experts become per-expert views (see mlx.go).
-//   - a single .safetensors file: its tensors under their stored names.
-//   - a .gguf file: llama.cpp names mapped back to canonical names; a companion
-//     FILE.head.gguf next to FILE.gguf (written by clef quantize) is opened too.
-func Open(path string) (Model, error) {
+//   - a directory of safetensors: the shards listed by
+//     model.safetensors.index.json, or a single model.safetensors, or every
+//     *.safetensors file (but the Extra ones); with o.MLX set, as an MLX
+//     quantized checkpoint;
+//   - a .safetensors file: its tensors;
+//   - a .gguf file.
+//
+// Tensors keep their stored names; o.Extra files are opened alongside.
+func Open(path string, o Options) (Model, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("weights: %w", err)
 	}
 	if st.IsDir() {
-		return openDir(path)
+		if o.MLX != nil {
+			return openMLX(path, o)
+		}
+		return openDir(path, o)
 	}
+	var s *Set
 	switch {
 	case strings.HasSuffix(path, ".safetensors"):
-		return OpenSafetensors(path)
+		s = newSet("safetensors", path)
+		err = s.addSafetensors(path, nil)
 	case strings.HasSuffix(path, ggufExtension):
-		return openGGUFModel(path)
+		s = newSet("gguf", path)
+		err = s.addGGUFFile(path)
+	default:
+		return nil, fmt.Errorf("weights: %s: not a directory, .safetensors or .gguf file", path)
 	}
-	return nil, fmt.Errorf("weights: %s: not a directory, .safetensors or .gguf file", path)
-}
-
-// readConfig returns config.json of dir, or nil if there is none.
-func readConfig(dir string) (map[string]json.RawMessage, error) {
-	b, err := os.ReadFile(filepath.Join(dir, configFile))
-	if os.IsNotExist(err) {
-		return nil, nil
+	if err == nil {
+		err = s.addExtra(o.Extra)
 	}
 	if err != nil {
-		return nil, err
+		s.Close()
+		return nil, fmt.Errorf("weights: %v", err)
 	}
-	var cfg map[string]json.RawMessage
-	if err := json.Unmarshal(b, &cfg); err != nil {
-		return nil, fmt.Errorf("%s: invalid JSON: %v", filepath.Join(dir, configFile), err)
-	}
-	return cfg, nil
+	return s, nil
 }
 
-func openDir(dir string) (Model, error) {
-	cfg, err := readConfig(dir)
+// addExtra opens files alongside the model, every tensor kept.
+func (s *Set) addExtra(files []string) error {
+	for _, p := range files {
+		var err error
+		if strings.HasSuffix(p, ggufExtension) {
+			err = s.addGGUFFile(p)
+		} else {
+			err = s.addSafetensors(p, nil)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func openDir(dir string, o Options) (Model, error) {
+	shards, err := modelShards(dir, o.Extra)
 	if err != nil {
 		return nil, fmt.Errorf("weights: %v", err)
 	}
-	if _, ok := cfg["quantization"]; ok {
-		return openMLX(dir, cfg)
-	}
-	shards, err := modelShards(dir)
-	if err != nil {
-		return nil, fmt.Errorf("weights: %v", err)
-	}
-	s := newSet("release", dir)
+	s := newSet("safetensors", dir)
 	var total int64
 	for _, sh := range shards.files {
-		n, err := s.addSafetensorsSized(sh, releaseKeep)
+		n, err := s.addSafetensorsSized(sh, o.Keep)
 		if err != nil {
 			s.Close()
 			return nil, fmt.Errorf("weights: %v", err)
 		}
 		total += n
 	}
-	if err := shards.check(s); err != nil {
+	if err := shards.check(s, o.Keep); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("weights: %v", err)
 	}
@@ -98,25 +115,11 @@ func openDir(dir string) (Model, error) {
 		s.Close()
 		return nil, fmt.Errorf("weights: %s: metadata.total_size is %d but the shards hold %d bytes of tensors", shards.index, shards.totalSize, total)
 	}
-	if hp := filepath.Join(dir, headFile); fileExists(hp) {
-		if err := s.addSafetensors(hp, nil); err != nil {
-			s.Close()
-			return nil, fmt.Errorf("weights: %v", err)
-		}
+	if err := s.addExtra(o.Extra); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("weights: %v", err)
 	}
 	return s, nil
-}
-
-// releaseKeep is the release loading rule: thinker.* is used, talker.* and
-// code2wav.* are skipped, anything else is an error.
-func releaseKeep(name string) (bool, error) {
-	switch {
-	case strings.HasPrefix(name, "thinker."):
-		return true, nil
-	case strings.HasPrefix(name, "talker."), strings.HasPrefix(name, "code2wav."):
-		return false, nil
-	}
-	return false, fmt.Errorf("unexpected tensor outside thinker.*, talker.* and code2wav.*")
 }
 
 func fileExists(p string) bool {
@@ -141,8 +144,8 @@ type shardIndex struct {
 
 // modelShards finds the weight files of dir: the shards listed by
 // model.safetensors.index.json, else model.safetensors, else every
-// *.safetensors except the head.
-func modelShards(dir string) (*shardSet, error) {
+// *.safetensors except the extra files.
+func modelShards(dir string, extra []string) (*shardSet, error) {
 	ip := filepath.Join(dir, indexFile)
 	if fileExists(ip) {
 		b, err := os.ReadFile(ip)
@@ -189,8 +192,12 @@ func modelShards(dir string) (*shardSet, error) {
 	}
 	matches, _ := filepath.Glob(filepath.Join(dir, "*.safetensors"))
 	var files []string
+	skip := map[string]bool{}
+	for _, e := range extra {
+		skip[filepath.Base(e)] = true
+	}
 	for _, m := range matches {
-		if filepath.Base(m) != headFile {
+		if !skip[filepath.Base(m)] {
 			files = append(files, m)
 		}
 	}
@@ -202,8 +209,8 @@ func modelShards(dir string) (*shardSet, error) {
 }
 
 // check verifies the set against the shard index: every indexed tensor is
-// in its shard (skipped prefixes included) and every kept tensor is indexed.
-func (ss *shardSet) check(s *Set) error {
+// in its shard (skipped ones included) and every kept tensor is indexed.
+func (ss *shardSet) check(s *Set, keep func(string) (bool, error)) error {
 	if ss.weightMap == nil {
 		return nil
 	}
@@ -217,16 +224,14 @@ func (ss *shardSet) check(s *Set) error {
 		}
 	}
 	for name, file := range ss.weightMap {
-		if releaseSkipped(name) {
-			continue
+		if keep != nil {
+			if k, err := keep(name); err == nil && !k {
+				continue
+			}
 		}
 		if _, ok := s.origin[name]; !ok {
 			return fmt.Errorf("%s: tensor %q is indexed in %s but missing from it", ss.index, name, filepath.Base(file))
 		}
 	}
 	return nil
-}
-
-func releaseSkipped(name string) bool {
-	return strings.HasPrefix(name, "talker.") || strings.HasPrefix(name, "code2wav.")
 }

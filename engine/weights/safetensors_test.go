@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -17,14 +19,44 @@ const (
 	tinyRelease = "../../testdata/clef-tiny/release"
 	tinyBF16    = "../../testdata/clef-tiny/release-bf16"
 	omniFile    = "../../testdata/omni/model.safetensors"
+	headFile    = "joint_head.safetensors"
 )
 
+// keepThinker is the release's loading rule (engine/release.KeepThinker,
+// which this package cannot import): thinker.* is used, talker.* and
+// code2wav.* are skipped, any other prefix is an error.
+func keepThinker(name string) (bool, error) {
+	switch {
+	case strings.HasPrefix(name, "thinker."):
+		return true, nil
+	case strings.HasPrefix(name, "talker."), strings.HasPrefix(name, "code2wav."):
+		return false, nil
+	}
+	return false, fmt.Errorf("unexpected tensor outside thinker.*, talker.* and code2wav.*")
+}
+
+// releaseOptions opens a release directory as engine/release does: the
+// thinker's shards under keepThinker and the head's weights alongside.
+func releaseOptions(dir string) Options {
+	o := Options{Keep: keepThinker}
+	if hp := filepath.Join(dir, headFile); fileExists(hp) {
+		o.Extra = []string{hp}
+	}
+	return o
+}
+
+// A release directory opened with its loading rule: the thinker's shards
+// (talker and code2wav skipped) and the head file alongside, every tensor
+// under its stored name.
 func TestOpenRelease(t *testing.T) {
-	m, err := Open(tinyRelease)
+	m, err := Open(tinyRelease, releaseOptions(tinyRelease))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer m.Close()
+	if s := m.(*Set); s.File("residual_gate") != filepath.Join(tinyRelease, headFile) {
+		t.Errorf("residual_gate read from %q", s.File("residual_gate"))
+	}
 	var thinker, head int
 	for _, n := range m.Names() {
 		switch {
@@ -60,18 +92,30 @@ func TestOpenRelease(t *testing.T) {
 	if _, err := m.Tensor("nope"); err == nil || !strings.Contains(err.Error(), "nope") {
 		t.Errorf("missing tensor error: %v", err)
 	}
+
+	// Without options every stored tensor is kept, the placeholders of the
+	// speech-output modules too, and the head file is not part of a
+	// directory with a shard index.
+	all, err := Open(tinyRelease, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer all.Close()
+	if len(all.Names()) != 161 || !all.Has("talker.codec_head.weight") || !all.Has("code2wav.code_embedding.weight") || all.Has("residual_gate") {
+		t.Errorf("no options: %d tensors", len(all.Names()))
+	}
 }
 
 // The bf16 release holds the float32 release rounded to nearest even: widening
 // it back must give exactly the rounded float32 values; the thinker weights
 // are also those of the omni fixture.
 func TestReleaseBF16MatchesF32(t *testing.T) {
-	a, err := Open(tinyRelease)
+	a, err := Open(tinyRelease, releaseOptions(tinyRelease))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	b, err := Open(tinyBF16)
+	b, err := Open(tinyBF16, releaseOptions(tinyBF16))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +175,7 @@ func rneBF16(f float32) float32 {
 }
 
 func TestRows(t *testing.T) {
-	m, err := Open(tinyBF16)
+	m, err := Open(tinyBF16, releaseOptions(tinyBF16))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +288,7 @@ func TestReleaseDirErrors(t *testing.T) {
 	t.Run("missing shard", func(t *testing.T) {
 		d := copyDir(t, tinyRelease)
 		os.Remove(filepath.Join(d, "model-00002-of-00002.safetensors"))
-		if _, err := Open(d); err == nil || !strings.Contains(err.Error(), "model-00002-of-00002.safetensors is missing") {
+		if _, err := Open(d, releaseOptions(d)); err == nil || !strings.Contains(err.Error(), "model-00002-of-00002.safetensors is missing") {
 			t.Fatalf("got %v", err)
 		}
 	})
@@ -263,7 +307,7 @@ func TestReleaseDirErrors(t *testing.T) {
 		}
 		b, _ = json.Marshal(idx)
 		os.WriteFile(p, b, 0o644)
-		if _, err := Open(d); err == nil || !strings.Contains(err.Error(), "thinker.model.norm.weight") {
+		if _, err := Open(d, releaseOptions(d)); err == nil || !strings.Contains(err.Error(), "thinker.model.norm.weight") {
 			t.Fatalf("got %v", err)
 		}
 	})
@@ -273,7 +317,7 @@ func TestReleaseDirErrors(t *testing.T) {
 		b, _ := os.ReadFile(p)
 		b = bytes.Replace(b, []byte(`"total_size": 1460224`), []byte(`"total_size": 1460220`), 1)
 		os.WriteFile(p, b, 0o644)
-		if _, err := Open(d); err == nil || !strings.Contains(err.Error(), "total_size is 1460220 but the shards hold 1460224") {
+		if _, err := Open(d, releaseOptions(d)); err == nil || !strings.Contains(err.Error(), "total_size is 1460220 but the shards hold 1460224") {
 			t.Fatalf("got %v", err)
 		}
 	})
@@ -283,7 +327,7 @@ func TestReleaseDirErrors(t *testing.T) {
 		b, _ := os.ReadFile(p)
 		b = bytes.Replace(b, []byte(`"thinker.model.norm.weight": "model-`), []byte(`"thinker.model.norm.weight": "../model-`), 1)
 		os.WriteFile(p, b, 0o644)
-		if _, err := Open(d); err == nil || !strings.Contains(err.Error(), "not a .safetensors file name") {
+		if _, err := Open(d, releaseOptions(d)); err == nil || !strings.Contains(err.Error(), "not a .safetensors file name") {
 			t.Fatalf("got %v", err)
 		}
 	})
@@ -291,7 +335,7 @@ func TestReleaseDirErrors(t *testing.T) {
 		d := t.TempDir()
 		f := stFile(map[string]any{"vision.w": map[string]any{"dtype": "F32", "shape": []int{1}, "data_offsets": []int{0, 4}}}, make([]byte, 4))
 		os.WriteFile(filepath.Join(d, singleFile), f, 0o644)
-		if _, err := Open(d); err == nil || !strings.Contains(err.Error(), `"vision.w"`) {
+		if _, err := Open(d, releaseOptions(d)); err == nil || !strings.Contains(err.Error(), `"vision.w"`) {
 			t.Fatalf("got %v", err)
 		}
 	})
@@ -300,7 +344,7 @@ func TestReleaseDirErrors(t *testing.T) {
 		p := filepath.Join(d, "model-00001-of-00002.safetensors")
 		b, _ := os.ReadFile(p)
 		os.WriteFile(p, b[:len(b)-100], 0o644)
-		if _, err := Open(d); err == nil || !strings.Contains(err.Error(), "model-00001-of-00002.safetensors: tensor") {
+		if _, err := Open(d, releaseOptions(d)); err == nil || !strings.Contains(err.Error(), "model-00001-of-00002.safetensors: tensor") {
 			t.Fatalf("got %v", err)
 		}
 	})
@@ -309,7 +353,7 @@ func TestReleaseDirErrors(t *testing.T) {
 // Writing the release's tensors back gives files our reader maps to the same
 // tensors, byte for byte.
 func TestWriteSafetensorsRoundTrip(t *testing.T) {
-	m, err := Open(tinyRelease)
+	m, err := Open(tinyRelease, releaseOptions(tinyRelease))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -333,7 +377,7 @@ func TestWriteSafetensorsRoundTrip(t *testing.T) {
 	}
 	for _, x := range ts {
 		y, err := r.Tensor(x.Name)
-		if err != nil || !bytes.Equal(x.Data, y.Data) || !equalShape(x.Shape, y.Shape) || x.Type != y.Type {
+		if err != nil || !bytes.Equal(x.Data, y.Data) || !slices.Equal(x.Shape, y.Shape) || x.Type != y.Type {
 			t.Fatalf("%s differs: %v", x.Name, err)
 		}
 	}

@@ -24,17 +24,17 @@ func (m *mapped) close() error {
 	return err
 }
 
-// Set is the Model every reader returns: tensors by canonical name over one
+// Set is the Model every reader returns: tensors by stored name over one
 // or more mapped files. Callers that need to know where a model came from
 // may type-assert a Model to *Set.
 type Set struct {
-	// Format says which container the tensors came from: "safetensors",
-	// "release", "mlx" or "gguf".
+	// Format says which container the tensors came from: "safetensors"
+	// (a file or a directory of shards), "mlx" or "gguf".
 	Format string
 	// Path is what was opened (a file or a directory).
 	Path string
-	// GGUF holds the parsed GGUF file(s) when Format is "gguf": the backbone
-	// first, then the companion file if one was opened alongside.
+	// GGUF holds the parsed GGUF file(s), in the order they were opened
+	// (the file given to Open, then its Extra files).
 	GGUF []*GGUFFile
 
 	tensors map[string]*Tensor

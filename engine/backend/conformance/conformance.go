@@ -2,17 +2,24 @@
 // each op of backend.Backend on seeded random inputs of odd sizes, compared
 // with a plain float64 reference written here (the oracle) by normalised
 // mean squared error, plus the error cases every backend must report
-// without panicking. A backend's test calls Run:
+// without panicking.
+//
+// The cases are plain data (Cases), written against the small T interface
+// rather than the testing package, so that the same suite runs in three
+// places: a backend's test (Run, with *testing.T),
 //
 //	func TestConformance(t *testing.T) { conformance.Run(t, myBackend) }
+//
+// `clef selftest` and `clef bench kernels` (Check, with a Reporter that
+// collects the failures instead of failing a test).
 package conformance
 
 import (
 	"context"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
-	"testing"
 
 	"github.com/clefrt/clef/engine/backend"
 	"github.com/clefrt/clef/engine/weights"
@@ -28,7 +35,7 @@ const (
 	TolFloat   = 1e-9  // float32 arithmetic on float storage
 	TolHalf    = 1e-6  // backends may accumulate F16/BF16 products in float32
 	TolBlock   = 5e-4  // block formats with 8-bit activations
-	TolAttn    = 1e-8  // attention, RoPE, RMSNorm
+	TolAttn    = 1e-8  // attention, RoPE, RMSNorm, LayerNorm
 	TolRouting = 1e-8  // router weights
 )
 
@@ -65,8 +72,138 @@ func tolFor(t quant.Type) float64 {
 	return TolBlock
 }
 
+// T is what a case reports through: the part of testing.TB it uses.
+// *testing.T implements it, and so does Reporter.
+type T interface {
+	Helper()
+	Error(args ...any)
+	Errorf(format string, args ...any)
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+	Skip(args ...any)
+}
+
+// Case is one conformance case: Run exercises b and reports every mismatch
+// through t. A Fatal or Skip ends the case (t's way: runtime.Goexit for
+// *testing.T, a panic that Check recovers for a Reporter).
+type Case struct {
+	Name string
+	Run  func(t T, b backend.Backend)
+}
+
+// Cases returns the suite, in order.
+func Cases() []Case {
+	cases := []struct {
+		name string
+		fn   func(*suite)
+	}{
+		{"Embed", testEmbed},
+		{"Add", testAdd},
+		{"MatMul", testMatMul},
+		{"RMSNorm", testRMSNorm},
+		{"RoPE", testRoPE},
+		{"Attention", testAttention},
+		{"LayerNorm", testLayerNorm},
+		{"GELU", testGELU},
+		{"AddBias", testAddBias},
+		{"EmbedActivation", testEmbedActivation},
+		{"Reshape", testReshape},
+		{"Transpose", testTranspose},
+		{"Softmax", testSoftmax},
+		{"SpanMeans", testSpanMeans},
+		{"RowDots", testRowDots},
+		{"PairFeatures", testPairFeatures},
+		{"GroupMatMul", testGroupMatMul},
+		{"Route", testRoute},
+		{"MoE", testMoE},
+		{"RowChunker", testRowChunker},
+		{"Errors", testErrors},
+	}
+	out := make([]Case, len(cases))
+	for i, tc := range cases {
+		out[i] = Case{Name: tc.name, Run: func(t T, b backend.Backend) {
+			tc.fn(&suite{t: t, b: b, rng: rand.New(rand.NewPCG(1, uint64(len(tc.name)))), ctx: context.Background()})
+		}}
+	}
+	return out
+}
+
+// Runner is a T that runs named subtests, as *testing.T does.
+type Runner[R T] interface {
+	T
+	Run(name string, f func(R)) bool
+}
+
+// Run runs every case on b as a subtest of t (a *testing.T).
+func Run[R Runner[R]](t R, b backend.Backend) {
+	for _, c := range Cases() {
+		t.Run(c.Name, func(t R) { c.Run(t, b) })
+	}
+}
+
+// Reporter is a T outside a test: it collects a case's errors. Fatal and
+// Skip end the case with a panic that Check recovers.
+type Reporter struct {
+	// Errors are the case's failures, in order.
+	Errors []string
+	// Skipped is the reason the case skipped itself ("" if it did not).
+	Skipped string
+}
+
+// stop ends a case run by Check.
+type stop struct{}
+
+func (r *Reporter) Helper()                           {}
+func (r *Reporter) Error(args ...any)                 { r.Errors = append(r.Errors, fmt.Sprint(args...)) }
+func (r *Reporter) Errorf(format string, args ...any) { r.Error(fmt.Sprintf(format, args...)) }
+func (r *Reporter) Fatal(args ...any)                 { r.Error(args...); panic(stop{}) }
+func (r *Reporter) Fatalf(format string, args ...any) { r.Errorf(format, args...); panic(stop{}) }
+func (r *Reporter) Skip(args ...any)                  { r.Skipped = fmt.Sprint(args...); panic(stop{}) }
+
+// Failed reports whether the case failed.
+func (r *Reporter) Failed() bool { return len(r.Errors) > 0 }
+
+// Check runs c on b and returns its report. A panic inside the backend is
+// one more error, not a crash.
+func Check(c Case, b backend.Backend) (r *Reporter) {
+	r = &Reporter{}
+	defer func() {
+		if p := recover(); p != nil {
+			if _, ok := p.(stop); !ok {
+				r.Errors = append(r.Errors, fmt.Sprintf("panic: %v", p))
+			}
+		}
+	}()
+	c.Run(r, b)
+	return r
+}
+
+// Report runs every case on b, writes one line per case to w ("ok   ",
+// "FAIL" or "SKIP", then "conformance" and the case's name, then the first
+// error or the reason) and returns the number of failed cases.
+func Report(w io.Writer, b backend.Backend) int {
+	failed := 0
+	for _, c := range Cases() {
+		r := Check(c, b)
+		switch {
+		case r.Failed():
+			failed++
+			fmt.Fprintf(w, "FAIL conformance %-50s %s", c.Name, r.Errors[0])
+			if n := len(r.Errors) - 1; n > 0 {
+				fmt.Fprintf(w, " (and %d more)", n)
+			}
+			fmt.Fprintln(w)
+		case r.Skipped != "":
+			fmt.Fprintf(w, "SKIP conformance %-50s %s\n", c.Name, r.Skipped)
+		default:
+			fmt.Fprintf(w, "ok   conformance %s\n", c.Name)
+		}
+	}
+	return failed
+}
+
 type suite struct {
-	t   *testing.T
+	t   T
 	b   backend.Backend
 	rng *rand.Rand
 	ctx context.Context
@@ -113,6 +250,22 @@ var scaleFields = map[quant.Type][]int{
 // intended standard deviation of the values.
 func (s *suite) weight(name string, typ quant.Type, v []float32, rows, cols int) (*backend.Tensor, []float32) {
 	s.t.Helper()
+	data, deq := s.weightData(name, typ, v, rows, cols)
+	shape := []int{rows, cols}
+	if rows == 1 {
+		shape = []int{cols}
+	}
+	bt, err := s.b.Weight(&weights.Tensor{Name: name, Type: typ, Shape: shape, Data: data})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return bt, deq
+}
+
+// weightData is weight's storage: the bytes of v [rows, cols] as typ and
+// their dequantized values, not bound.
+func (s *suite) weightData(name string, typ quant.Type, v []float32, rows, cols int) ([]byte, []float32) {
+	s.t.Helper()
 	f, err := quant.FormatOf(typ)
 	if err != nil {
 		s.t.Fatal(err)
@@ -152,15 +305,28 @@ func (s *suite) weight(name string, typ quant.Type, v []float32, rows, cols int)
 			s.t.Fatalf("weight %s %v: non-finite value at %d", name, typ, i)
 		}
 	}
-	shape := []int{rows, cols}
-	if rows == 1 {
-		shape = []int{cols}
+	return data, deq
+}
+
+// stack binds E matrices (each rows x cols bytes of one expert) as one
+// stacked weight [E, rows, cols]: back to back in one slice (contiguous, as
+// a GGUF *_exps tensor holds them) or one slice per expert (parted, as a
+// release stores experts one by one).
+func (s *suite) stack(name string, typ quant.Type, parts [][]byte, rows, cols int, parted bool) *backend.Tensor {
+	s.t.Helper()
+	t := &weights.Tensor{Name: name, Type: typ, Shape: []int{len(parts), rows, cols}}
+	if parted {
+		t.Parts = parts
+	} else {
+		for _, p := range parts {
+			t.Data = append(t.Data, p...)
+		}
 	}
-	bt, err := s.b.Weight(&weights.Tensor{Name: name, Type: typ, Shape: shape, Data: data})
+	bt, err := s.b.Weight(t)
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	return bt, deq
+	return bt
 }
 
 func (s *suite) check(what string, got, want []float32, tol float64) {
@@ -178,29 +344,6 @@ func (s *suite) unchanged(what string, t *backend.Tensor, want []float32) {
 		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
 			s.t.Fatalf("%s: input modified at %d", what, i)
 		}
-	}
-}
-
-// Run runs the whole suite on b.
-func Run(t *testing.T, b backend.Backend) {
-	for _, tc := range []struct {
-		name string
-		fn   func(*suite)
-	}{
-		{"Embed", testEmbed},
-		{"Add", testAdd},
-		{"MatMul", testMatMul},
-		{"RMSNorm", testRMSNorm},
-		{"RoPE", testRoPE},
-		{"Attention", testAttention},
-		{"Route", testRoute},
-		{"MoE", testMoE},
-		{"RowChunker", testRowChunker},
-		{"Errors", testErrors},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			tc.fn(&suite{t: t, b: b, rng: rand.New(rand.NewPCG(1, uint64(len(tc.name)))), ctx: context.Background()})
-		})
 	}
 }
 
@@ -335,101 +478,6 @@ func testRMSNorm(s *suite) {
 	}
 }
 
-// refRoPE rotates x in float64 with the streams of r.
-func refRoPE(x []float32, pos [][3]int, r backend.RoPE) []float32 {
-	d, half := r.HeadDim, r.HeadDim/2
-	st, err := r.Streams()
-	if err != nil {
-		panic(err)
-	}
-	out := make([]float32, len(x))
-	c := len(x) / len(pos)
-	for p := range pos {
-		for h := 0; h < c/d; h++ {
-			base := p*c + h*d
-			for i := 0; i < half; i++ {
-				a := float64(pos[p][st[i]]) * math.Pow(r.Theta, -float64(2*i)/float64(d))
-				co, si := math.Cos(a), math.Sin(a)
-				x0, x1 := float64(x[base+i]), float64(x[base+i+half])
-				out[base+i] = float32(x0*co - x1*si)
-				out[base+i+half] = float32(x1*co + x0*si)
-			}
-		}
-	}
-	return out
-}
-
-func testRoPE(s *suite) {
-	for _, r := range []backend.RoPE{
-		{HeadDim: 16, Theta: 1e6, Sections: [3]int{4, 2, 2}, Interleaved: true},
-		{HeadDim: 128, Theta: 1e6, Sections: [3]int{24, 20, 20}, Interleaved: true},
-		{HeadDim: 128, Theta: 1e6, Sections: [3]int{16, 24, 24}},
-		{HeadDim: 64, Theta: 1e4},
-	} {
-		L, heads := 13, 3
-		pos := make([][3]int, L)
-		for i := range pos {
-			// Unequal streams, as image tokens have; positions reach ~1000.
-			pos[i] = [3]int{i * 77, i*31 + 5, 1000 - i*7}
-		}
-		x := s.randn(L*heads*r.HeadDim, 1)
-		tx := s.upload(x, L, heads*r.HeadDim)
-		got, err := s.b.RoPE(tx, pos, r)
-		if err != nil {
-			s.t.Fatal(err)
-		}
-		// float32 angles at positions ~1000 carry ~1e-4 absolute phase error.
-		s.check(fmt.Sprintf("RoPE %+v", r), s.read(got), refRoPE(x, pos, r), 1e-7)
-		s.unchanged("RoPE x", tx, x)
-	}
-}
-
-// refAttention is causal GQA attention in float64.
-func refAttention(q, k, v []float32, L, nh, nkv, d int, scale float64) []float32 {
-	out := make([]float32, L*nh*d)
-	for h := 0; h < nh; h++ {
-		g := h / (nh / nkv)
-		for i := 0; i < L; i++ {
-			sc := make([]float64, i+1)
-			mx := math.Inf(-1)
-			for j := 0; j <= i; j++ {
-				var s float64
-				for t := 0; t < d; t++ {
-					s += float64(q[i*nh*d+h*d+t]) * float64(k[j*nkv*d+g*d+t])
-				}
-				sc[j] = s * scale
-				mx = math.Max(mx, sc[j])
-			}
-			var sum float64
-			for j := range sc {
-				sc[j] = math.Exp(sc[j] - mx)
-				sum += sc[j]
-			}
-			for t := 0; t < d; t++ {
-				var a float64
-				for j := range sc {
-					a += sc[j] * float64(v[j*nkv*d+g*d+t])
-				}
-				out[i*nh*d+h*d+t] = float32(a / sum)
-			}
-		}
-	}
-	return out
-}
-
-func testAttention(s *suite) {
-	for _, sz := range [][4]int{{1, 4, 2, 16}, {7, 4, 2, 16}, {65, 4, 4, 8}, {150, 8, 2, 32}} {
-		L, nh, nkv, d := sz[0], sz[1], sz[2], sz[3]
-		q, k, v := s.randn(L*nh*d, 1), s.randn(L*nkv*d, 1), s.randn(L*nkv*d, 1)
-		scale := 1 / math.Sqrt(float64(d))
-		got, err := s.b.Attention(s.upload(q, L, nh*d), s.upload(k, L, nkv*d), s.upload(v, L, nkv*d), nh, nkv, float32(scale))
-		if err != nil {
-			s.t.Fatal(err)
-		}
-		s.check(fmt.Sprintf("Attention L=%d heads=%d/%d d=%d", L, nh, nkv, d), s.read(got), refAttention(q, k, v, L, nh, nkv, d, scale), TolAttn)
-	}
-}
-
 // distinctLogits returns logits whose softmax probabilities are separated
 // enough that the top-k choice is unambiguous.
 func (s *suite) distinctLogits(L, E int) []float32 {
@@ -512,23 +560,21 @@ func testMoE(s *suite) {
 			hidden := kb * max(f.BlockElems, 32)
 			ffn := hidden // down's row length must be a whole number of blocks too
 			x := s.randn(L*hidden, 1)
-			experts := make([]backend.Expert, E)
+			data := make([][3][]byte, E)
 			deq := make([][3][]float32, E)
-			for e := range experts {
-				experts[e].Gate, deq[e][0] = s.weight("gate", typ, s.randn(ffn*hidden, 1/math.Sqrt(float64(hidden))), ffn, hidden)
-				experts[e].Up, deq[e][1] = s.weight("up", typ, s.randn(ffn*hidden, 1/math.Sqrt(float64(hidden))), ffn, hidden)
-				experts[e].Down, deq[e][2] = s.weight("down", typ, s.randn(hidden*ffn, 1/math.Sqrt(float64(ffn))), hidden, ffn)
+			for e := range data {
+				data[e][0], deq[e][0] = s.weightData("gate", typ, s.randn(ffn*hidden, 1/math.Sqrt(float64(hidden))), ffn, hidden)
+				data[e][1], deq[e][1] = s.weightData("up", typ, s.randn(ffn*hidden, 1/math.Sqrt(float64(hidden))), ffn, hidden)
+				data[e][2], deq[e][2] = s.weightData("down", typ, s.randn(hidden*ffn, 1/math.Sqrt(float64(ffn))), hidden, ffn)
+			}
+			proj := func(p int) [][]byte {
+				out := make([][]byte, E)
+				for e := range out {
+					out[e] = data[e][p]
+				}
+				return out
 			}
 			logits := s.distinctLogits(L, E)
-			ids, ws, err := s.b.Route(s.upload(logits, L, E), k, true)
-			if err != nil {
-				s.t.Fatal(err)
-			}
-			tx := s.upload(x, L, hidden)
-			got, err := s.b.MoE(tx, ids, ws, experts)
-			if err != nil {
-				s.t.Fatal(err)
-			}
 			wantIDs, wantW := refRoute(logits, L, E, k, true)
 			want := make([]float32, L*hidden)
 			for r := 0; r < L; r++ {
@@ -551,8 +597,30 @@ func testMoE(s *suite) {
 					want[r*hidden+i] = float32(acc[i])
 				}
 			}
-			s.check(fmt.Sprintf("MoE %v L=%d E=%d k=%d hidden=%d", typ, L, E, k, hidden), s.read(got), want, tolFor(typ))
-			s.unchanged("MoE x", tx, x)
+			// The same experts stacked both ways: one [E, out, in] array per
+			// projection, and one slice per expert.
+			for _, parted := range []bool{false, true} {
+				form := "contiguous"
+				if parted {
+					form = "parted"
+				}
+				ex := backend.Experts{
+					Gate: s.stack("gate", typ, proj(0), ffn, hidden, parted),
+					Up:   s.stack("up", typ, proj(1), ffn, hidden, parted),
+					Down: s.stack("down", typ, proj(2), hidden, ffn, parted),
+				}
+				ids, ws, err := s.b.Route(s.upload(logits, L, E), k, true)
+				if err != nil {
+					s.t.Fatal(err)
+				}
+				tx := s.upload(x, L, hidden)
+				got, err := s.b.MoE(tx, ids, ws, ex)
+				if err != nil {
+					s.t.Fatalf("MoE %v %s: %v", typ, form, err)
+				}
+				s.check(fmt.Sprintf("MoE %v %s L=%d E=%d k=%d hidden=%d", typ, form, L, E, k, hidden), s.read(got), want, tolFor(typ))
+				s.unchanged("MoE x", tx, x)
+			}
 		}
 	}
 }
@@ -592,17 +660,18 @@ func testRowChunker(s *suite) {
 
 	L, nh, nkv, d := 45, 4, 2, 16
 	q, k, v := s.randn(L*nh*d, 1), s.randn(L*nkv*d, 1), s.randn(L*nkv*d, 1)
-	full := refAttention(q, k, v, L, nh, nkv, d, 0.25)
+	o := backend.AttentionOptions{Heads: nh, KVHeads: nkv, Scale: 0.25, Causal: true}
+	full := refAttention(q, k, v, L, L, d, o)
 	tk, tv := s.upload(k, L, nkv*d), s.upload(v, L, nkv*d)
 	for _, ch := range [][2]int{{0, 1}, {0, 45}, {13, 30}, {30, 45}} {
 		lo, hi := ch[0], ch[1]
 		kc, _ := rc.Rows(tk, 0, hi)
 		vc, _ := rc.Rows(tv, 0, hi)
-		got, err := rc.AttentionTail(s.upload(q[lo*nh*d:hi*nh*d], hi-lo, nh*d), kc, vc, nh, nkv, 0.25)
+		got, err := s.b.Attention(s.upload(q[lo*nh*d:hi*nh*d], hi-lo, nh*d), kc, vc, o)
 		if err != nil {
 			s.t.Fatal(err)
 		}
-		s.check(fmt.Sprintf("AttentionTail rows [%d,%d)", lo, hi), s.read(got), full[lo*nh*d:hi*nh*d], TolAttn)
+		s.check(fmt.Sprintf("causal Attention of rows [%d,%d) over row views", lo, hi), s.read(got), full[lo*nh*d:hi*nh*d], TolAttn)
 	}
 }
 
@@ -619,18 +688,26 @@ func testErrors(s *suite) {
 		"Embed id":       func() error { _, err := s.b.Embed(w, []int{3}); return err },
 		"Embed negative": func() error { _, err := s.b.Embed(w, []int{-1}); return err },
 		"RoPE positions": func() error {
-			_, err := s.b.RoPE(b, [][3]int{{0, 0, 0}}, backend.RoPE{HeadDim: 4, Theta: 1e4})
+			r, _ := backend.MRoPE(4, 1e4, [3]int{}, false)
+			_, err := s.b.RoPE(b, [][3]int{{0, 0, 0}}, r)
 			return err
 		},
-		"RoPE sections": func() error {
-			_, err := s.b.RoPE(b, make([][3]int, 2), backend.RoPE{HeadDim: 4, Theta: 1e4, Sections: [3]int{1, 1, 1}})
+		"Attention heads": func() error {
+			_, err := s.b.Attention(b, b, b, backend.AttentionOptions{Heads: 3, KVHeads: 2, Scale: 1, Causal: true})
 			return err
 		},
-		"Attention heads": func() error { _, err := s.b.Attention(b, b, b, 3, 2, 1); return err },
-		"Route k":         func() error { _, _, err := s.b.Route(a, 4, true); return err },
-		"AddRows row":     func() error { _, err := s.b.AddRows(a, []int{2}, s.upload(s.randn(3, 1), 1, 3)); return err },
+		"Route k":     func() error { _, _, err := s.b.Route(a, 4, true); return err },
+		"AddRows row": func() error { _, err := s.b.AddRows(a, []int{2}, s.upload(s.randn(3, 1), 1, 3)); return err },
 		"Weight bytes": func() error {
 			_, err := s.b.Weight(&weights.Tensor{Name: "bad", Type: quant.Q8_0, Shape: []int{2, 32}, Data: make([]byte, 10)})
+			return err
+		},
+		"Weight parts": func() error {
+			_, err := s.b.Weight(&weights.Tensor{Name: "bad", Type: quant.F32, Shape: []int{3, 2, 4}, Parts: [][]byte{make([]byte, 32), make([]byte, 32)}})
+			return err
+		},
+		"Weight stack bytes": func() error {
+			_, err := s.b.Weight(&weights.Tensor{Name: "bad", Type: quant.F32, Shape: []int{3, 2, 4}, Data: make([]byte, 64)})
 			return err
 		},
 		"Weight block": func() error {
@@ -649,18 +726,31 @@ func testErrors(s *suite) {
 			}
 		}()
 	}
+	s.expectErrors(s.encoderOpErrors())
+	s.expectErrors(s.rowOpErrors())
 	ids, wts, err := s.b.Route(s.upload([]float32{1, 2, 3, 4}, 2, 2), 1, true)
 	if err != nil {
 		s.t.Fatal(err)
 	}
+	one := func(name string, rows, cols int) *backend.Tensor {
+		t, err := s.b.Weight(&weights.Tensor{Name: name, Type: quant.F32, Shape: []int{1, rows, cols}, Data: make([]byte, 4*rows*cols)})
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		return t
+	}
+	ex := backend.Experts{Gate: one("gate", 4, 3), Up: one("up", 4, 3), Down: one("down", 3, 4)}
 	func() {
 		defer func() {
 			if r := recover(); r != nil {
 				s.t.Errorf("MoE experts: panic %v", r)
 			}
 		}()
-		if _, err := s.b.MoE(a, ids, wts, make([]backend.Expert, 1)); err == nil {
+		if _, err := s.b.MoE(a, ids, wts, ex); err == nil {
 			s.t.Error("MoE with an expert id past the expert list: no error")
+		}
+		if _, err := s.b.MoE(a, ids, wts, backend.Experts{}); err == nil {
+			s.t.Error("MoE without experts: no error")
 		}
 	}()
 }

@@ -17,14 +17,16 @@ import (
 	"testing"
 
 	"github.com/clefrt/clef/engine/backend"
+	"github.com/clefrt/clef/engine/convert"
 	"github.com/clefrt/clef/engine/cpu"
+	"github.com/clefrt/clef/engine/release"
 	"github.com/clefrt/clef/engine/weights"
 	"github.com/clefrt/clef/quant"
 )
 
 // benchConfig has the real Qwen3-Omni thinker layer shapes with 4 layers,
 // the model of the llama-bench figures in testdata/qwen3moe/README.md.
-var benchConfig = Config{Hidden: 2048, Layers: 4, Heads: 32, KVHeads: 4, HeadDim: 128, Experts: 128, TopK: 8,
+var benchConfig = release.Text{Hidden: 2048, Layers: 4, Heads: 32, KVHeads: 4, HeadDim: 128, Experts: 128, TopK: 8,
 	ExpertFFN: 768, Vocab: 151936, NormEps: 1e-6, RopeTheta: 1e6, MRoPESections: [3]int{24, 20, 20}, MRoPEInterleaved: true, NormTopK: true}
 
 // memModel is a weights.Model over anonymous memory mappings, so that the
@@ -121,14 +123,24 @@ func fill(data []byte, typ quant.Type, rng *xorshift) error {
 	return nil
 }
 
-// synthModel builds the benchmark model in one of the llama.cpp mixes:
-// "Q8_0", "BF16", or "Q4_K_M" (Q4_K, with Q6_K for attn_v and ffn_down of
-// the layers llama.cpp gives more bits: here layers 2 and 3). Norms and the
-// router stay F32, as in llama.cpp's files.
-func synthModel(tb testing.TB, mix string, c Config) *memModel {
+// synthModel builds the benchmark model from the decoder's tensor table in
+// one of clef quantize's mixes: "Q8_0", "BF16", or "Q4_K_M" (Q4_K, with Q6_K
+// for attn_v and ffn_down of the layers llama.cpp gives more bits: here
+// layers 2 and 3). Norms and the router stay F32, as in llama.cpp's files;
+// the experts are stacked as in a GGUF file.
+func synthModel(tb testing.TB, mix string, c release.Text) *memModel {
 	m := &memModel{t: map[string]*weights.Tensor{}}
 	rng := xorshift(0x9e3779b97f4a7c15)
-	add := func(name string, typ quant.Type, shape ...int) {
+	ft, err := convert.ParseFileType(mix)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, row := range release.DecoderTensors(c) {
+		if row.Role == release.RoleOutput {
+			continue // not the decoder's
+		}
+		typ := convert.TensorType(ft, row.Role, row.Layer, c.Layers, c.Heads/c.KVHeads)
+		shape := row.Shape
 		rb, err := quant.RowBytes(typ, shape[len(shape)-1])
 		if err != nil {
 			tb.Fatal(err)
@@ -151,40 +163,7 @@ func synthModel(tb testing.TB, mix string, c Config) *memModel {
 		}
 		m.maps = append(m.maps, data)
 		m.bytes += int64(len(data))
-		m.t[name] = &weights.Tensor{Name: name, Type: typ, Shape: shape, Data: data}
-	}
-	main, more := quant.Q8_0, quant.Q8_0
-	switch mix {
-	case "BF16":
-		main, more = quant.BF16, quant.BF16
-	case "Q4_K_M":
-		main, more = quant.Q4_K, quant.Q6_K
-	}
-	p := "thinker.model."
-	add(p+"embed_tokens.weight", main, c.Vocab, c.Hidden)
-	add(p+"norm.weight", quant.F32, c.Hidden)
-	q, kv := c.Heads*c.HeadDim, c.KVHeads*c.HeadDim
-	for l := 0; l < c.Layers; l++ {
-		lp := fmt.Sprintf("%slayers.%d.", p, l)
-		v := main
-		if l >= 2 {
-			v = more
-		}
-		add(lp+"input_layernorm.weight", quant.F32, c.Hidden)
-		add(lp+"post_attention_layernorm.weight", quant.F32, c.Hidden)
-		add(lp+"self_attn.q_proj.weight", main, q, c.Hidden)
-		add(lp+"self_attn.k_proj.weight", main, kv, c.Hidden)
-		add(lp+"self_attn.v_proj.weight", v, kv, c.Hidden)
-		add(lp+"self_attn.o_proj.weight", main, c.Hidden, q)
-		add(lp+"self_attn.q_norm.weight", quant.F32, c.HeadDim)
-		add(lp+"self_attn.k_norm.weight", quant.F32, c.HeadDim)
-		add(lp+"mlp.gate.weight", quant.F32, c.Experts, c.Hidden)
-		for e := 0; e < c.Experts; e++ {
-			ep := fmt.Sprintf("%smlp.experts.%d.", lp, e)
-			add(ep+"gate_proj.weight", main, c.ExpertFFN, c.Hidden)
-			add(ep+"up_proj.weight", main, c.ExpertFFN, c.Hidden)
-			add(ep+"down_proj.weight", v, c.Hidden, c.ExpertFFN)
-		}
+		m.t[row.GGUF] = &weights.Tensor{Name: row.GGUF, Type: typ, Shape: shape, Data: data}
 	}
 	return m
 }

@@ -12,44 +12,6 @@ import (
 	"github.com/clefrt/clef/engine/weights"
 )
 
-func TestParseConfigErrors(t *testing.T) {
-	good, err := os.ReadFile(omniDir + "config.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, tc := range map[string]struct{ json, want string }{
-		"malformed":    {`{"thinker_config": `, "config.json"},
-		"empty":        {`{}`, "hidden_size"},
-		"absurd":       {strings.Replace(string(good), `"hidden_size": 64`, `"hidden_size": 99999999999`, 1), "hidden_size"},
-		"negative":     {strings.Replace(string(good), `"num_key_value_heads": 2`, `"num_key_value_heads": -2`, 1), "num_key_value_heads"},
-		"gqa":          {strings.Replace(string(good), `"num_key_value_heads": 2`, `"num_key_value_heads": 3`, 1), "kv heads"},
-		"topk":         {strings.Replace(string(good), `"num_experts_per_tok": 2`, `"num_experts_per_tok": 9`, 1), "top-9"},
-		"mrope":        {strings.Replace(string(good), "4,\n          2,\n          2", "4,\n          2,\n          3", 1), "mrope_section"},
-		"dense layers": {strings.Replace(string(good), `"mlp_only_layers": []`, `"mlp_only_layers": [1]`, 1), "mlp_only_layers"},
-		"wrong type":   {strings.Replace(string(good), `"hidden_size": 64`, `"hidden_size": "64"`, 1), "hidden_size"},
-	} {
-		_, err := ParseConfig([]byte(tc.json))
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: error %v, want one naming %q", name, err, tc.want)
-		}
-	}
-}
-
-func TestReadConfigGGUF(t *testing.T) {
-	c, err := ReadConfig(ggufDir + "tiny256-q4_k_m.gguf")
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := Config{Hidden: 256, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 64, Experts: 8, TopK: 2, ExpertFFN: 256,
-		Vocab: 256, NormEps: c.NormEps, RopeTheta: 1e6, NormTopK: true}
-	if c != want || math.Abs(float64(c.NormEps)-1e-6) > 1e-12 {
-		t.Errorf("config %+v, want %+v", c, want)
-	}
-	if _, err := ReadConfig(ggufDir + "README.md"); err == nil {
-		t.Error("README.md read as a config")
-	}
-}
-
 // TestLoadErrors checks that a model whose tensors do not match the config
 // is refused with the tensor's name.
 func TestLoadErrors(t *testing.T) {
@@ -59,7 +21,7 @@ func TestLoadErrors(t *testing.T) {
 	}
 	defer w.Close()
 	cj, _ := os.ReadFile(omniDir + "config.json")
-	cfg, err := ParseConfig(cj)
+	cfg, err := parseText(cj)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,11 +63,11 @@ func TestThreadInvariance(t *testing.T) {
 	ref := map[bool][]float32{}
 	for _, threads := range []int{1, 2, 5} {
 		for _, precise := range []bool{false, true} {
-			w, err := weights.Open(ggufDir + "tiny256-q4_k_m.gguf")
+			w, err := openWeights(ggufDir + "tiny256-q4_k_m.gguf")
 			if err != nil {
 				t.Fatal(err)
 			}
-			cfg, err := ReadConfig(ggufDir + "tiny256-q4_k_m.gguf")
+			cfg, err := readText(ggufDir + "tiny256-q4_k_m.gguf")
 			if err != nil {
 				t.Fatal(err)
 			}

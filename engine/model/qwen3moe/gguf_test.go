@@ -11,7 +11,6 @@ import (
 
 	"github.com/clefrt/clef/engine/backend"
 	"github.com/clefrt/clef/engine/cpu"
-	"github.com/clefrt/clef/engine/weights"
 )
 
 const ggufDir = "../../../testdata/qwen3moe/"
@@ -62,11 +61,11 @@ func TestGGUFGolden(t *testing.T) {
 	}
 	for _, fx := range idx.Fixtures {
 		path := ggufDir + fx.Model
-		cfg, err := ReadConfig(path)
+		cfg, err := readText(path)
 		if err != nil {
 			t.Fatal(err)
 		}
-		w, err := weights.Open(path)
+		w, err := openWeights(path)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/clefrt/clef/engine/backend"
 	"github.com/clefrt/clef/engine/cpu"
-	"github.com/clefrt/clef/engine/weights"
 	"github.com/clefrt/clef/internal/npy"
 )
 
@@ -25,11 +24,11 @@ func TestClefTinyRelease(t *testing.T) {
 		{"release-bf16", "cases-bf16.jsonl"},
 	} {
 		dir := tinyDir + rel.dir
-		cfg, err := ReadConfig(dir)
+		cfg, err := readText(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
-		w, err := weights.Open(dir)
+		w, err := openWeights(dir)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,3 +1,8 @@
+// Package qwen3moe is the thinker's text decoder (Qwen3-MoE), written once
+// against backend.Backend: weight binding over the decoder's tensor table
+// (release.DecoderTensors, configuration release.Text) and the forward pass,
+// top to bottom in the spec's order, in this file; stored prefixes in
+// prefix.go. It never imports a backend implementation.
 package qwen3moe
 
 import (
@@ -6,12 +11,13 @@ import (
 	"math"
 
 	"github.com/clefrt/clef/engine/backend"
+	"github.com/clefrt/clef/engine/release"
 	"github.com/clefrt/clef/engine/weights"
 )
 
 // Model is the thinker's text decoder bound to one backend.
 type Model struct {
-	Config Config
+	Config release.Text
 	// Chunk is the number of rows a layer runs at a time on a backend that
 	// implements backend.RowChunker; 0 means DefaultChunk.
 	Chunk int
@@ -20,9 +26,10 @@ type Model struct {
 	embed  *backend.Tensor // embed_tokens.weight [vocab, hidden]
 	layers []layer
 	norm   *backend.Tensor // norm.weight [hidden]
+	rope   backend.RoPE    // the (M-)RoPE table of rope_theta and mrope_section
 }
 
-// layer holds one decoder layer's weights.
+// layer holds one decoder layer's weights (names after thinker.model.layers.N.).
 type layer struct {
 	inputNorm *backend.Tensor // input_layernorm.weight [hidden]
 	q         *backend.Tensor // self_attn.q_proj.weight [heads*head_dim, hidden]
@@ -33,107 +40,65 @@ type layer struct {
 	kNorm     *backend.Tensor // self_attn.k_norm.weight [head_dim]
 	postNorm  *backend.Tensor // post_attention_layernorm.weight [hidden]
 	router    *backend.Tensor // mlp.gate.weight [experts, hidden]
-	experts   []backend.Expert
-	// experts[e].Gate: mlp.experts.E.gate_proj.weight [expert_ffn, hidden]
-	// experts[e].Up:   mlp.experts.E.up_proj.weight   [expert_ffn, hidden]
-	// experts[e].Down: mlp.experts.E.down_proj.weight [hidden, expert_ffn]
+	experts   backend.Experts
+	// experts.Gate: mlp.experts.*.gate_proj.weight [experts, expert_ffn, hidden]
+	// experts.Up:   mlp.experts.*.up_proj.weight   [experts, expert_ffn, hidden]
+	// experts.Down: mlp.experts.*.down_proj.weight [experts, hidden, expert_ffn]
 }
 
-// Prefixes tried, in order, for the decoder's tensor names: the Qwen3-Omni
-// release ("thinker.model.") and a plain Qwen3-MoE checkpoint ("model.").
-var prefixes = []string{"thinker.model.", "model."}
-
-// Load binds the decoder weights of m on b, checking every name and shape
-// against cfg.
-func Load(m weights.Model, cfg Config, b backend.Backend) (*Model, error) {
+// Load binds the decoder weights of m on b: every row of the decoder's
+// tensor table (release.DecoderTensors), found under its checkpoint, GGUF or
+// MLX name and checked against cfg's shapes.
+func Load(m weights.Model, cfg release.Text, b backend.Backend) (*Model, error) {
 	if err := cfg.Validate(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("qwen3moe: %w", err)
 	}
-	prefix := ""
-	for _, p := range prefixes {
-		if m.Has(p + "embed_tokens.weight") {
-			prefix = p
-			break
+	rope, err := backend.MRoPE(cfg.HeadDim, cfg.RopeTheta, cfg.MRoPESections, cfg.MRoPEInterleaved)
+	if err != nil {
+		return nil, fmt.Errorf("qwen3moe: %w", err)
+	}
+	md := &Model{Config: cfg, b: b, layers: make([]layer, cfg.Layers), rope: rope}
+	for _, t := range release.DecoderTensors(cfg) {
+		if t.Role == release.RoleOutput {
+			continue // the output embedding is the joint head's lexicon, not the decoder's
 		}
-	}
-	if prefix == "" {
-		return nil, fmt.Errorf("qwen3moe: no embed_tokens.weight under %v: not a Qwen3-MoE text model", prefixes)
-	}
-	c := cfg
-	q, kv := c.Heads*c.HeadDim, c.KVHeads*c.HeadDim
-	bind := func(name string, shape ...int) (*backend.Tensor, error) {
-		t, err := m.Tensor(prefix + name)
+		var dst **backend.Tensor
+		if t.Layer < 0 {
+			switch t.Key {
+			case "embed_tokens.weight":
+				dst = &md.embed
+			case "norm.weight":
+				dst = &md.norm
+			}
+		} else {
+			ly := &md.layers[t.Layer]
+			dst = map[string]**backend.Tensor{
+				"input_layernorm.weight":          &ly.inputNorm,
+				"self_attn.q_proj.weight":         &ly.q,
+				"self_attn.k_proj.weight":         &ly.k,
+				"self_attn.v_proj.weight":         &ly.v,
+				"self_attn.o_proj.weight":         &ly.o,
+				"self_attn.q_norm.weight":         &ly.qNorm,
+				"self_attn.k_norm.weight":         &ly.kNorm,
+				"post_attention_layernorm.weight": &ly.postNorm,
+				"mlp.gate.weight":                 &ly.router,
+				"mlp.experts.*.gate_proj.weight":  &ly.experts.Gate,
+				"mlp.experts.*.up_proj.weight":    &ly.experts.Up,
+				"mlp.experts.*.down_proj.weight":  &ly.experts.Down,
+			}[t.Key]
+		}
+		if dst == nil {
+			return nil, fmt.Errorf("qwen3moe: the decoder table has a row %s the model does not bind", t.Name)
+		}
+		w, _, err := release.Lookup(m, t)
 		if err != nil {
 			return nil, fmt.Errorf("qwen3moe: %w", err)
 		}
-		if !sameShape(t.Shape, shape) {
-			return nil, fmt.Errorf("qwen3moe: %s%s has shape %v, config wants %v", prefix, name, t.Shape, shape)
-		}
-		bt, err := b.Weight(t)
-		if err != nil {
-			return nil, fmt.Errorf("qwen3moe: %w", err)
-		}
-		return bt, nil
-	}
-	md := &Model{Config: cfg, b: b}
-	var err error
-	if md.embed, err = bind("embed_tokens.weight", c.Vocab, c.Hidden); err != nil {
-		return nil, err
-	}
-	if md.norm, err = bind("norm.weight", c.Hidden); err != nil {
-		return nil, err
-	}
-	md.layers = make([]layer, c.Layers)
-	for l := range md.layers {
-		ly := &md.layers[l]
-		p := fmt.Sprintf("layers.%d.", l)
-		for _, w := range []struct {
-			dst   **backend.Tensor
-			name  string
-			shape []int
-		}{
-			{&ly.inputNorm, "input_layernorm.weight", []int{c.Hidden}},
-			{&ly.q, "self_attn.q_proj.weight", []int{q, c.Hidden}},
-			{&ly.k, "self_attn.k_proj.weight", []int{kv, c.Hidden}},
-			{&ly.v, "self_attn.v_proj.weight", []int{kv, c.Hidden}},
-			{&ly.o, "self_attn.o_proj.weight", []int{c.Hidden, q}},
-			{&ly.qNorm, "self_attn.q_norm.weight", []int{c.HeadDim}},
-			{&ly.kNorm, "self_attn.k_norm.weight", []int{c.HeadDim}},
-			{&ly.postNorm, "post_attention_layernorm.weight", []int{c.Hidden}},
-			{&ly.router, "mlp.gate.weight", []int{c.Experts, c.Hidden}},
-		} {
-			if *w.dst, err = bind(p+w.name, w.shape...); err != nil {
-				return nil, err
-			}
-		}
-		ly.experts = make([]backend.Expert, c.Experts)
-		for e := range ly.experts {
-			ex := &ly.experts[e]
-			ep := fmt.Sprintf("%smlp.experts.%d.", p, e)
-			if ex.Gate, err = bind(ep+"gate_proj.weight", c.ExpertFFN, c.Hidden); err != nil {
-				return nil, err
-			}
-			if ex.Up, err = bind(ep+"up_proj.weight", c.ExpertFFN, c.Hidden); err != nil {
-				return nil, err
-			}
-			if ex.Down, err = bind(ep+"down_proj.weight", c.Hidden, c.ExpertFFN); err != nil {
-				return nil, err
-			}
+		if *dst, err = b.Weight(w); err != nil {
+			return nil, fmt.Errorf("qwen3moe: %s: %w", t.Name, err)
 		}
 	}
 	return md, nil
-}
-
-func sameShape(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // Tap, when given to Forward, receives named intermediates: "ffn_moe_topk"
@@ -239,7 +204,7 @@ func (m *Model) forward(ctx context.Context, in Input, tap Tap, save *Prefix) (*
 		}
 		deep = append(deep, t)
 	}
-	rope := backend.RoPE{HeadDim: c.HeadDim, Theta: c.RopeTheta, Sections: c.MRoPESections, Interleaved: c.MRoPEInterleaved}
+	rope := m.rope
 	scale := float32(1 / math.Sqrt(float64(c.HeadDim)))
 
 	var x *backend.Tensor // [L, hidden]
@@ -441,12 +406,8 @@ func (m *Model) rows(l int, x, k, v *backend.Tensor, pos [][3]int, c0, c1, off i
 		return nil, err
 	}
 	drop(qn)
-	var a *backend.Tensor // kqv_out [C, heads*head_dim]
-	if rc != nil {
-		a, err = step(rc.AttentionTail(qr, kc, vc, c.Heads, c.KVHeads, scale))
-	} else {
-		a, err = step(b.Attention(qr, kc, vc, c.Heads, c.KVHeads, scale))
-	}
+	// Causal over keys 0..off+c1-1: the chunk's queries are the last rows.
+	a, err := step(b.Attention(qr, kc, vc, backend.AttentionOptions{Heads: c.Heads, KVHeads: c.KVHeads, Scale: scale, Causal: true})) // kqv_out [C, heads*head_dim]
 	if err != nil {
 		return nil, err
 	}

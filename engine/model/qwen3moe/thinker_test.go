@@ -9,6 +9,7 @@ import (
 
 	"github.com/clefrt/clef/engine/backend"
 	"github.com/clefrt/clef/engine/cpu"
+	"github.com/clefrt/clef/engine/release"
 	"github.com/clefrt/clef/engine/weights"
 	"github.com/clefrt/clef/internal/npy"
 )
@@ -40,13 +41,34 @@ func loadNpy(t *testing.T, name string) *npy.Array {
 	return a
 }
 
+// parseText reads the decoder configuration of a config.json.
+func parseText(data []byte) (release.Text, error) {
+	th, err := release.ParseThinker(data)
+	return th.Text, err
+}
+
+// readText reads the decoder configuration of the model at path.
+func readText(path string) (release.Text, error) {
+	c, err := release.ReadConfig(path)
+	return c.Thinker.Text, err
+}
+
+// openWeights maps the model at path as the engine does.
+func openWeights(path string) (weights.Model, error) {
+	r, err := release.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	return r.Weights, nil
+}
+
 func openOmni(t testing.TB, threads int) *Model {
 	t.Helper()
 	cj, err := os.ReadFile(omniDir + "config.json")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := ParseConfig(cj)
+	cfg, err := parseText(cj)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,11 +89,11 @@ func TestOmniConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := ParseConfig(cj)
+	cfg, err := parseText(cj)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Config{Hidden: 64, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 16, Experts: 8, TopK: 2, ExpertFFN: 32,
+	want := release.Text{Hidden: 64, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 16, Experts: 8, TopK: 2, ExpertFFN: 32, Intermediate: 128, MaxPositions: 65536,
 		Vocab: 512, NormEps: 1e-6, RopeTheta: 1e6, MRoPESections: [3]int{4, 2, 2}, MRoPEInterleaved: true, NormTopK: true}
 	if cfg != want {
 		t.Errorf("config\n got %+v\nwant %+v", cfg, want)

@@ -1,11 +1,11 @@
-package metal
+package shaders
 
 import (
 	"structs"
 	"unsafe"
 )
 
-// The Go mirror of shaders/kargs.h: one struct per C struct, field by field,
+// The Go mirror of kargs.h: one struct per C struct, field by field,
 // in the same order with the same sizes (int -> int32, ulong -> uint64,
 // float -> float32). TestKargsMirror compiles kargs.h with clang and checks
 // every size and offset against these.
@@ -15,6 +15,8 @@ type KargsEltwise struct {
 	_     structs.HostLayout
 	N     int32
 	Alpha float32
+	Cols  int32
+	_     int32
 }
 
 // KargsNorm mirrors kargs_norm.
@@ -25,7 +27,7 @@ type KargsNorm struct {
 	XStride int32
 	YStride int32
 	Eps     float32
-	_       int32
+	HasBias int32
 }
 
 // KargsRope mirrors kargs_rope.
@@ -107,7 +109,7 @@ type KargsAttn struct {
 	VStride int32
 	OStride int32
 	Scale   float32
-	_       int32
+	Ranged  int32
 }
 
 // Kargs is any of the argument structs.

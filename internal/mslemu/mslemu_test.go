@@ -1,4 +1,4 @@
-package emu
+package mslemu
 
 import (
 	"encoding/binary"

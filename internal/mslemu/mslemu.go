@@ -1,4 +1,4 @@
-// Package emu runs Metal kernels on the CPU: it compiles a .metal file as C++
+// Package mslemu runs Metal kernels on the CPU: it compiles a .metal file as C++
 // with clang++-19 through a shim header (csrc/msl_shim.h) that provides the
 // MSL types, address spaces, threadgroup memory, barriers, simd-group
 // functions and simdgroup matrices, links it with a fiber executor
@@ -15,7 +15,7 @@
 //     static thread_local, [[threadgroup(n)]] attributes are dropped) and
 //     compiled with one generated wrapper per kernel that binds buffers and
 //     builtins from the executor's per-thread context.
-package emu
+package mslemu
 
 import (
 	"bufio"
@@ -478,7 +478,7 @@ func (h *Harness) Run(job *Job) ([][]byte, error) {
 		found = found || k.Name == job.Kernel
 	}
 	if !found {
-		return nil, fmt.Errorf("emu: no kernel %q in %s", job.Kernel, h.Bin)
+		return nil, fmt.Errorf("mslemu: no kernel %q in %s", job.Kernel, h.Bin)
 	}
 	var b bytes.Buffer
 	w32 := func(v int) { binary.Write(&b, binary.LittleEndian, uint32(v)) }
@@ -556,7 +556,7 @@ func (h *Harness) exchange(kernel string, job []byte, n int) ([][]byte, error) {
 		if msg == "" && werr != nil {
 			msg = werr.Error()
 		}
-		return nil, fmt.Errorf("emu: %s: %v: %s", kernel, err, msg)
+		return nil, fmt.Errorf("mslemu: %s: %v: %s", kernel, err, msg)
 	}
 	if _, err := h.stdin.Write(job); err != nil {
 		return fail(err)

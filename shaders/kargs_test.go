@@ -1,4 +1,4 @@
-package metal
+package shaders
 
 import (
 	"os"
@@ -11,7 +11,7 @@ import (
 	"testing"
 )
 
-// goKargs maps each C struct of shaders/kargs.h to its Go mirror.
+// goKargs maps each C struct of kargs.h to its Go mirror.
 var goKargs = map[string]reflect.Type{
 	"kargs_eltwise":  reflect.TypeFor[KargsEltwise](),
 	"kargs_norm":     reflect.TypeFor[KargsNorm](),
@@ -23,7 +23,7 @@ var goKargs = map[string]reflect.Type{
 	"kargs_attn":     reflect.TypeFor[KargsAttn](),
 }
 
-// TestKargsMirror compiles shaders/kargs.h with clang, prints the size of
+// TestKargsMirror compiles kargs.h with clang, prints the size of
 // every struct and the offset and size of every field, and compares them
 // with the Go mirror field by field.
 func TestKargsMirror(t *testing.T) {
@@ -35,9 +35,9 @@ func TestKargsMirror(t *testing.T) {
 		}
 	}
 	if cc == "" {
-		t.Skip("no C compiler found: cannot check shaders/kargs.h against the Go mirror")
+		t.Skip("no C compiler found: cannot check kargs.h against the Go mirror")
 	}
-	hdr, err := os.ReadFile("../shaders/kargs.h")
+	hdr, err := os.ReadFile("kargs.h")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func TestKargsMirror(t *testing.T) {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(dir, "kargs")
-	if out, err := exec.Command(cc, "-I", "../shaders", src, "-o", bin).CombinedOutput(); err != nil {
+	if out, err := exec.Command(cc, "-I", ".", src, "-o", bin).CombinedOutput(); err != nil {
 		t.Fatalf("%s: %v\n%s", cc, err, out)
 	}
 	out, err := exec.Command(bin).Output()

@@ -1,0 +1,5 @@
+//go:build darwin && arm64
+
+package main
+
+import _ "github.com/clefrt/clef/metal"

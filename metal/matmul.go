@@ -1,0 +1,125 @@
+package metal
+
+import (
+	"fmt"
+
+	"github.com/clefrt/clef/engine/backend"
+	"github.com/clefrt/clef/shaders"
+)
+
+// Embed gathers rows of table for ids.
+func (b *Backend) Embed(table *backend.Tensor, ids []int) (*backend.Tensor, error) {
+	w, err := b.handle(table, "Embed table")
+	if err != nil {
+		return nil, err
+	}
+	for i, id := range ids {
+		if id < 0 || id >= w.rows {
+			return nil, fmt.Errorf("metal: Embed: id %d at %d outside the table's %d rows", id, i, w.rows)
+		}
+	}
+	suffix, err := kernelSuffix(w.typ)
+	if err != nil {
+		return nil, err
+	}
+	y, err := b.newAct(len(ids), w.cols)
+	if err != nil {
+		return nil, err
+	}
+	if len(ids) == 0 {
+		return wrapT(y), nil
+	}
+	idb, err := b.hostInts(ids)
+	if err != nil {
+		return nil, err
+	}
+	defer b.dev.Release(idb)
+	a := shaders.KargsGetRows{NIDs: int32(len(ids)), Cols: int32(w.cols), RowBytes: uint64(w.rowBytes), SRowBytes: uint64(w.sRowBytes),
+		GroupSize: int32(w.groupSize), ScaleBF16: b2i(w.scaleBF16), NRows: int32(w.rows)}
+	sBuf, sOff, bBuf, bOff := w.sBuf, w.sOff, w.bBuf, w.bOff
+	if sBuf == nil { // an activation as the table (a row gather)
+		sBuf, sOff, bBuf, bOff = w.buf, w.off, w.buf, w.off
+	}
+	err = b.run("get_rows_"+suffix, [3]int{len(ids), 1, 1}, [3]int{64, 1, 1}, shaders.Bytes(&a),
+		in(1, w), arg{Index: 2, Buf: sBuf, Off: sOff}, arg{Index: 3, Buf: bBuf, Off: bOff},
+		arg{Index: 4, Buf: idb}, out(5, y))
+	return wrapT(y), err
+}
+
+// mvMaxTokens is the largest token count that uses the mat-vec kernels.
+const mvMaxTokens = 8
+
+// MatMul computes x Wᵀ: x [M, K] f32, w [N, K] (a weight of any supported
+// type, or an f32 activation), out [M, N].
+func (b *Backend) MatMul(x, w *backend.Tensor) (*backend.Tensor, error) {
+	xh, err := b.act(x, "MatMul x")
+	if err != nil {
+		return nil, err
+	}
+	wh, err := b.handle(w, "MatMul w")
+	if err != nil {
+		return nil, err
+	}
+	if wh.cols != xh.cols {
+		return nil, fmt.Errorf("metal: MatMul: x is [%d %d] but w is [%d %d]", xh.rows, xh.cols, wh.rows, wh.cols)
+	}
+	y, err := b.newAct(xh.rows, wh.rows)
+	if err != nil {
+		return nil, err
+	}
+	return wrapT(y), b.matmul(xh, wh, y)
+}
+
+func (b *Backend) matmul(xh, wh, y *tensor) error {
+	suffix, err := kernelSuffix(wh.typ)
+	if err != nil {
+		return err
+	}
+	M, N, K := wh.rows, xh.rows, wh.cols
+	if N == 0 || M == 0 {
+		return nil
+	}
+	a := shaders.KargsMatmul{M: int32(M), N: int32(N), K: int32(K), XStride: int32(xh.cols), YStride: int32(y.cols),
+		GroupSize: int32(wh.groupSize), RowBytes: uint64(wh.rowBytes), SRowBytes: uint64(wh.sRowBytes), ScaleBF16: b2i(wh.scaleBF16)}
+	sBuf, sOff, bBuf, bOff := wh.sBuf, wh.sOff, wh.bBuf, wh.bOff
+	if sBuf == nil { // an activation as the right-hand side
+		sBuf, sOff, bBuf, bOff = wh.buf, wh.off, wh.buf, wh.off
+	}
+	bufs := []arg{in(1, wh), {Index: 2, Buf: sBuf, Off: sOff}, {Index: 3, Buf: bBuf, Off: bOff}, in(4, xh), out(5, y)}
+	if N <= mvMaxTokens {
+		return b.run("mul_mv_"+suffix, [3]int{groups(M, 4), N, 1}, [3]int{64, 1, 1}, shaders.Bytes(&a), bufs...)
+	}
+	// FC_mm_direct: every tile lies inside y, so it is stored without staging.
+	direct := fconst{Index: 0, Bool: true, Value: int(b2i(M%64 == 0 && N%32 == 0))}
+	return b.dev.Dispatch(&dispatch{Kernel: "mul_mm_" + suffix, Consts: []fconst{direct},
+		Grid: [3]int{groups(N, 32), groups(M, 64), 1}, Group: [3]int{128, 1, 1}, Args: shaders.Bytes(&a), Bufs: bufs})
+}
+
+// GroupMatMul is the block-diagonal product of groups: x [M, G·K], w
+// [G·N, K] (f32 activations), out [M, G·N].
+func (b *Backend) GroupMatMul(x, w *backend.Tensor, groups int) (*backend.Tensor, error) {
+	xh, err := b.act(x, "GroupMatMul x")
+	if err != nil {
+		return nil, err
+	}
+	wh, err := b.act(w, "GroupMatMul w")
+	if err != nil {
+		return nil, err
+	}
+	if groups <= 0 || xh.cols != groups*wh.cols || wh.rows%groups != 0 {
+		return nil, fmt.Errorf("metal: GroupMatMul: x [%d %d] and w [%d %d] do not make %d groups", xh.rows, xh.cols, wh.rows, wh.cols, groups)
+	}
+	n := wh.rows / groups
+	y, err := b.newAct(xh.rows, groups*n)
+	if err != nil {
+		return nil, err
+	}
+	total := xh.rows * groups * n
+	if total == 0 {
+		return wrapT(y), nil
+	}
+	a := shaders.KargsMatmul{M: int32(n), N: int32(xh.rows), K: int32(wh.cols), XStride: int32(xh.cols), YStride: int32(groups * n),
+		NExpert: int32(groups)}
+	err = b.run("group_matmul_f32", [3]int{(total + 3) / 4, 1, 1}, [3]int{128, 1, 1}, shaders.Bytes(&a), in(1, xh), in(2, wh), out(3, y))
+	return wrapT(y), err
+}
