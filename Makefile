@@ -7,7 +7,7 @@ PKGS      := ./...
 # Packages whose kernels have an arm64 assembly path; run under qemu-user in `test-arm64`.
 ARM64_PKGS := ./quant/... ./engine/cpu/... ./engine/model/... ./engine/tokenizer/...
 
-.PHONY: all build demo test test-unit test-purego test-arm64 test-emu no-emulator fuzz-smoke cross lint deps-check shader-test bench clean
+.PHONY: all build demo deps test test-unit test-purego test-arm64 test-emu test-load no-emulator fuzz-smoke cross lint deps-check shader-test bench clean
 
 all: build
 
@@ -18,8 +18,14 @@ build:
 demo:
 	$(GO) run ./cmd/clef demo
 
-## test: everything CI runs.
-test: lint cross no-emulator test-unit test-purego test-arm64 shader-test test-emu fuzz-smoke
+## deps: what make test needs beyond Go, installed when missing (Debian/Ubuntu:
+## apt-get as root or with password-less sudo; otherwise it says what to install):
+## clang-19 for the shader emulation, qemu-user for the arm64 tests.
+deps:
+	@./scripts/deps.sh
+
+## test: everything CI runs, on a fresh Debian/Ubuntu machine too (deps first).
+test: deps lint cross no-emulator test-unit test-purego test-arm64 shader-test test-emu test-load fuzz-smoke
 	@echo "make test: all green"
 
 test-unit:
@@ -29,16 +35,21 @@ test-purego:
 	$(GO) test -count=1 -tags purego $(PKGS)
 
 test-arm64:
-	@command -v qemu-aarch64 >/dev/null || { echo "qemu-aarch64 missing (apt-get install qemu-user)"; exit 1; }
+	@command -v qemu-aarch64 >/dev/null || { echo "qemu-aarch64 missing (make deps, or apt-get install qemu-user)"; exit 1; }
 	GOARCH=arm64 CGO_ENABLED=0 $(GO) test -count=1 -exec qemu-aarch64 $(ARM64_PKGS)
 
 ## test-emu: the Metal backend over the emulated GPU (the mslemu build tag):
 ## the conformance suite, the stacked-expert launches, selftest's checks, the
 ## joint head's goldens on the emulated GPU.
 test-emu:
-	@command -v clang++-19 >/dev/null || { echo "clang++-19 missing (apt-get install clang-19)"; exit 1; }
+	@command -v clang++-19 >/dev/null || { echo "clang++-19 missing (make deps, or apt-get install clang-19)"; exit 1; }
 	$(GO) vet -tags mslemu ./metal/... ./cmd/... ./engine/model/schemahead/
 	$(GO) test -count=1 -tags mslemu ./metal/... ./engine/model/schemahead/
+
+## test-load: the daemon's loopback load test at full size, 16 clients x 200
+## decisions on the tiny model, 0 errors (plain go test runs 16 x 12).
+test-load:
+	CLEF_LOAD_PER_CLIENT=200 $(GO) test -count=1 -run '^TestLoadTiny$$' -v ./server/
 
 ## no-emulator: the darwin/arm64 binary links no MSL emulator (symbol table).
 no-emulator:

@@ -60,8 +60,14 @@ type Options struct {
 type Prefix = qwen3moe.Prefix
 
 // PrefixStore is a cache of prefixes keyed by a content hash, size in bytes
-// (Prefix.Bytes). It must be safe for concurrent use; prefixes it returns
-// are only read. *server.PrefixCache implements it.
+// (Prefix.Bytes: the memory a prefix really holds). It must be safe for
+// concurrent use; prefixes it returns are only read, each read bracketed by
+// Prefix.Acquire and Release (a prefix the store evicted meanwhile fails
+// Acquire and counts as a miss). Put hands the store the engine's reference
+// to the prefix: the store calls Release when it drops it, at once when it
+// does not keep it. A store may also implement Contains([32]byte) bool,
+// which tells whether a key is cached without counting a lookup (for
+// Estimate). *server.PrefixCache implements both.
 type PrefixStore interface {
 	Get(key [32]byte) (*Prefix, bool)
 	Put(key [32]byte, val *Prefix, size int64) bool
@@ -105,6 +111,8 @@ type Engine struct {
 	// count of the record prefix (record.Prefix) before the media and state.
 	ident     string
 	prefixLen int
+	// speed is the engine's measured compute time, for Estimate.
+	speed speed
 }
 
 // Open loads the model at path: a release directory (config.json, the
@@ -273,7 +281,10 @@ func (e *Engine) Close() error {
 }
 
 // Decide answers one request. Request errors are *api.Error (400, 413, 422);
-// anything else is a failure of the runtime.
+// anything else is a failure of the runtime. ctx reaches every long loop:
+// between decoder layers and row chunks, between the head's ops, and
+// inside the backend's ops when it is a backend.Interruptible; a decision
+// whose ctx is done stops and returns an error wrapping ctx.Err().
 func (e *Engine) Decide(ctx context.Context, req *api.Request) (*api.Response, *Stats, error) {
 	d, err := e.decide(ctx, req)
 	if err != nil {
@@ -282,17 +293,28 @@ func (e *Engine) Decide(ctx context.Context, req *api.Request) (*api.Response, *
 	return d.resp, d.stats, nil
 }
 
-// decision is everything one decide call produced (tests read all of it).
-type decision struct {
-	enc   *api.Encoded
-	probs [][]float32 // per question, encoded option order
-	resp  *api.Response
-	stats *Stats
+// Prepared is a request checked and encoded ahead of its decision
+// (Prepare): the host's part of Decide, which a server runs on the
+// request's own goroutine so that the goroutine running decisions never
+// spends time on it (tokenizing a state of tens of megabytes takes
+// seconds, and cannot be interrupted).
+type Prepared struct {
+	e      *Engine
+	req    *api.Request
+	enc    *api.Encoded
+	encode time.Duration
 }
 
-func (e *Engine) decide(ctx context.Context, req *api.Request) (*decision, error) {
+// Tokens is the record's length (usage.input_tokens).
+func (p *Prepared) Tokens() int { return len(p.enc.InputIDs) }
+
+// Request is the request p was prepared from.
+func (p *Prepared) Request() *api.Request { return p.req }
+
+// Prepare validates req as Decide does and encodes its record. It may be
+// called from any goroutine, while decisions run.
+func (e *Engine) Prepare(req *api.Request) (*Prepared, error) {
 	start := time.Now()
-	st := &Stats{}
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
@@ -308,25 +330,85 @@ func (e *Engine) decide(ctx context.Context, req *api.Request) (*decision, error
 	if err != nil {
 		return nil, err
 	}
-	st.Encode = time.Since(start)
+	return &Prepared{e: e, req: req, enc: enc, encode: time.Since(start)}, nil
+}
+
+// DecidePrepared is Decide for a request Prepare checked and encoded (on
+// this engine).
+func (e *Engine) DecidePrepared(ctx context.Context, p *Prepared) (*api.Response, *Stats, error) {
+	if p == nil || p.e != e {
+		return nil, nil, errors.New("engine: the request was prepared by another engine")
+	}
+	d, err := e.run(ctx, p)
+	if err != nil {
+		return nil, nil, err
+	}
+	return d.resp, d.stats, nil
+}
+
+// Estimate bounds from below the compute time (thinker and head) of p's
+// decision from this engine's own measurements (see speed: the time
+// recent decisions of comparable length took, or ran before they were
+// cancelled), with the measurement it rests on in words. ok is false when
+// no recent measurement bounds it, and when p's prefix is cached (then
+// only its schema is computed). A server refuses a record whose estimate
+// is past its deadline, instead of running it into the deadline.
+func (e *Engine) Estimate(p *Prepared) (d time.Duration, basis string, ok bool) {
+	if p == nil || p.e != e || e.prefixCached(p.enc) {
+		return 0, "", false
+	}
+	return e.speed.estimate(len(p.enc.InputIDs), time.Now())
+}
+
+// decision is everything one decide call produced (tests read all of it).
+type decision struct {
+	enc   *api.Encoded
+	probs [][]float32 // per question, encoded option order
+	resp  *api.Response
+	stats *Stats
+}
+
+func (e *Engine) decide(ctx context.Context, req *api.Request) (*decision, error) {
+	p, err := e.Prepare(req)
+	if err != nil {
+		return nil, err
+	}
+	return e.run(ctx, p)
+}
+
+// run computes a prepared record: the thinker, the head, the answers. The
+// backend's interrupt is ctx while it runs, and the compute time is
+// measured for Estimate (also when ctx cancels it midway).
+func (e *Engine) run(ctx context.Context, p *Prepared) (*decision, error) {
+	req, enc := p.req, p.enc
+	st := &Stats{Encode: p.encode}
 	st.InputTokens, st.StateTokens, st.StateTruncated = len(enc.InputIDs), enc.StateTokens, enc.StateTruncated
 
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	t := time.Now()
-	hidden, err := e.thinker(ctx, enc, st)
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if ib, ok := e.backend.(backend.Interruptible); ok {
+		defer ib.Interrupt(ctx)()
+	}
+	start := time.Now()
+	var done float64 // share of the thinker's row chunks done
+	hidden, err := e.thinker(ctx, enc, st, func(n, total int) { done = float64(n) / float64(total) })
 	if err != nil {
+		e.stopped(ctx, st, start, done)
 		return nil, fmt.Errorf("engine: thinker: %w", err)
 	}
-	st.Thinker = time.Since(t)
+	st.Thinker = time.Since(start)
 
-	t = time.Now()
+	t := time.Now()
 	qs := make([]schemahead.Question, len(enc.Questions))
 	for i, q := range enc.Questions {
 		qs[i] = schemahead.Question{Type: q.Type, Span: q.Span, OptionSpans: q.OptionSpans}
 	}
-	logits, err := e.head.Logits(hidden, enc.InputIDs, qs, e.lex)
+	logits, err := e.head.LogitsContext(ctx, hidden, enc.InputIDs, qs, e.lex)
 	if err != nil {
+		e.stopped(ctx, st, start, 1)
 		return nil, fmt.Errorf("engine: %w", err)
 	}
 	probs := make([][]float32, len(logits))
@@ -338,8 +420,21 @@ func (e *Engine) decide(ctx context.Context, req *api.Request) (*decision, error
 	}
 	resp := api.Answer(req, enc, probs)
 	st.Head = time.Since(t)
-	st.Total = time.Since(start)
+	st.Total = st.Encode + time.Since(start)
+	if !st.PrefixHit {
+		e.speed.observe(st.InputTokens, st.Thinker+st.Head, 1, time.Now())
+	}
 	return &decision{enc: enc, probs: probs, resp: resp, stats: st}, nil
+}
+
+// stopped records, for a decision that ctx stopped midway with the share
+// done of the thinker's row chunks done, how long it ran: speed turns it
+// into a lower bound of what the record would have taken.
+func (e *Engine) stopped(ctx context.Context, st *Stats, start time.Time, done float64) {
+	if ctx.Err() == nil || st.PrefixHit {
+		return
+	}
+	e.speed.observe(st.InputTokens, time.Since(start), min(done, 0.999), time.Now())
 }
 
 // thinker runs the thinker on the record and returns the hidden state of
@@ -347,7 +442,11 @@ func (e *Engine) decide(ctx context.Context, req *api.Request) (*decision, error
 // schema) is looked up by content: on a hit only the rest runs, after the
 // stored keys and values; on a miss the whole record runs and the prefix
 // is stored.
-func (e *Engine) thinker(ctx context.Context, enc *api.Encoded, st *Stats) ([]float32, error) {
+func (e *Engine) thinker(ctx context.Context, enc *api.Encoded, st *Stats, progress func(done, total int)) ([]float32, error) {
+	full := func() ([]float32, error) {
+		h, _, err := e.decoder.HiddenPrefix(ctx, qwen3moe.Input{IDs: enc.InputIDs, Progress: progress}, 0)
+		return h, err
+	}
 	store := e.opts.PrefixCache
 	if store != nil && !store.Enabled() {
 		store = nil
@@ -356,30 +455,45 @@ func (e *Engine) thinker(ctx context.Context, enc *api.Encoded, st *Stats) ([]fl
 	// no media); it is never empty, so P < len(InputIDs).
 	P := e.prefixLen + enc.StateTokens
 	if store == nil || !e.decoder.CanResume() || P <= 0 || P >= len(enc.InputIDs) {
-		return e.decoder.Hidden(ctx, enc.InputIDs, nil)
+		return full()
 	}
 	if e.decoder.PrefixBytes(P) > store.MaxBytes() {
 		// It could never be stored: do not read the keys and values back.
-		return e.decoder.Hidden(ctx, enc.InputIDs, nil)
+		return full()
 	}
 	key := e.prefixKey(enc.InputIDs[:P])
-	if pre, ok := store.Get(key); ok && pre != nil {
+	if pre, ok := store.Get(key); ok && pre != nil && pre.Acquire() {
+		defer pre.Release()
 		if pre.Len == P {
-			rest, _, err := e.decoder.HiddenPrefix(ctx, qwen3moe.Input{IDs: enc.InputIDs[P:], Past: pre}, 0)
+			st.PrefixHit, st.CachedTokens = true, P
+			rest, _, err := e.decoder.HiddenPrefix(ctx, qwen3moe.Input{IDs: enc.InputIDs[P:], Past: pre, Progress: progress}, 0)
 			if err != nil {
 				return nil, err
 			}
-			st.PrefixHit, st.CachedTokens = true, P
 			hidden := make([]float32, 0, len(pre.Hidden)+len(rest))
 			return append(append(hidden, pre.Hidden...), rest...), nil
 		}
 	}
-	hidden, pre, err := e.decoder.HiddenPrefix(ctx, qwen3moe.Input{IDs: enc.InputIDs}, P)
+	hidden, pre, err := e.decoder.HiddenPrefix(ctx, qwen3moe.Input{IDs: enc.InputIDs, Progress: progress}, P)
 	if err != nil {
 		return nil, err
 	}
 	store.Put(key, pre, pre.Bytes())
 	return hidden, nil
+}
+
+// prefixCached reports whether the store holds enc's prefix, without
+// counting a lookup (false when the store cannot tell).
+func (e *Engine) prefixCached(enc *api.Encoded) bool {
+	store, ok := e.opts.PrefixCache.(interface{ Contains([32]byte) bool })
+	if !ok || !e.opts.PrefixCache.Enabled() || !e.decoder.CanResume() {
+		return false
+	}
+	P := e.prefixLen + enc.StateTokens
+	if P <= 0 || P >= len(enc.InputIDs) {
+		return false
+	}
+	return store.Contains(e.prefixKey(enc.InputIDs[:P]))
 }
 
 // prefixKey is the SHA-256 of the model's identity and the prefix's ids.

@@ -150,7 +150,7 @@ func TestPrefixCacheSameAnswers(t *testing.T) {
 					t.Fatal(err)
 				}
 				st := &Stats{}
-				h, err := cached.thinker(ctx, got.enc, st)
+				h, err := cached.thinker(ctx, got.enc, st, nil)
 				if err != nil {
 					t.Fatal(err)
 				}

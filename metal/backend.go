@@ -22,6 +22,8 @@ type Backend struct {
 	name string
 	// normCache holds float32 copies of non-f32 norm weights.
 	normCache map[*tensor]*tensor
+	// intr is the interrupt of the decision running now (Interrupt).
+	intr intrState
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -433,7 +435,7 @@ func (b *Backend) Free(ts ...*backend.Tensor) {
 func groups(n, per int) int { return (n + per - 1) / per }
 
 func (b *Backend) run(kernel string, grid, group [3]int, args []byte, bufs ...arg) error {
-	return b.dev.Dispatch(&dispatch{Kernel: kernel, Grid: grid, Group: group, Args: args, Bufs: bufs})
+	return b.dispatch(&dispatch{Kernel: kernel, Grid: grid, Group: group, Args: args, Bufs: bufs})
 }
 
 func in(i int, h *tensor) arg  { return arg{Index: i, Buf: h.buf, Off: h.off} }

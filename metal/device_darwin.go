@@ -404,6 +404,14 @@ func (g *metalGPU) Dispatch(d *dispatch) error {
 	return err
 }
 
+// Commit runs the work recorded so far and waits for it: the command-buffer
+// boundaries of an interrupted decision (Backend.Interrupt).
+func (g *metalGPU) Commit() error {
+	var err error
+	g.do(func() { err = g.flush() })
+	return err
+}
+
 // flush commits the open command buffer and waits for it.
 func (g *metalGPU) flush() error {
 	if g.cmd == 0 {

@@ -91,7 +91,7 @@ func (b *Backend) matmul(xh, wh, y *tensor) error {
 	}
 	// FC_mm_direct: every tile lies inside y, so it is stored without staging.
 	direct := fconst{Index: 0, Bool: true, Value: int(b2i(M%64 == 0 && N%32 == 0))}
-	return b.dev.Dispatch(&dispatch{Kernel: "mul_mm_" + suffix, Consts: []fconst{direct},
+	return b.dispatch(&dispatch{Kernel: "mul_mm_" + suffix, Consts: []fconst{direct},
 		Grid: [3]int{groups(N, 32), groups(M, 64), 1}, Group: [3]int{128, 1, 1}, Args: shaders.Bytes(&a), Bufs: bufs})
 }
 

@@ -74,7 +74,7 @@ func (b *Backend) moeMatmul(xh, w, y *tensor, counts, lists gbuf, L, topk int, p
 		}
 		a.NExpert, a.Tiles = int32(E), 1
 		a.ExpertBytes, a.SExpertBytes = uint64(w.stride), uint64(w.sStride)
-		return b.dev.Dispatch(&dispatch{Kernel: "mul_mm_id_" + suffix, Group: [3]int{128, 1, 1}, Args: shaders.Bytes(&a),
+		return b.dispatch(&dispatch{Kernel: "mul_mm_id_" + suffix, Group: [3]int{128, 1, 1}, Args: shaders.Bytes(&a),
 			Indirect: &arg{Buf: grid},
 			Bufs: []arg{in(1, w), {Index: 2, Buf: w.sBuf, Off: w.sOff}, {Index: 3, Buf: w.bBuf, Off: w.bOff},
 				in(4, xh), out(5, y), {Index: 6, Buf: counts}, {Index: 7, Buf: lists}, {Index: 8, Buf: tiles}}})
@@ -93,7 +93,7 @@ func (b *Backend) moeMatmul(xh, w, y *tensor, counts, lists gbuf, L, topk int, p
 	for e, p := range w.parts {
 		// The kernel reads expert tgpig.z = 0: bind this expert's count and
 		// list at its offset (buffer 8, the tile table, is not read).
-		err := b.dev.Dispatch(&dispatch{Kernel: "mul_mm_id_" + suffix, Group: [3]int{128, 1, 1}, Args: args,
+		err := b.dispatch(&dispatch{Kernel: "mul_mm_id_" + suffix, Group: [3]int{128, 1, 1}, Args: args,
 			Indirect: &arg{Buf: grids, Off: 12 * e},
 			Bufs: []arg{in(1, p), {Index: 2, Buf: p.sBuf, Off: p.sOff}, {Index: 3, Buf: p.bBuf, Off: p.bOff}, in(4, xh), out(5, y),
 				{Index: 6, Buf: counts, Off: 4 * e}, {Index: 7, Buf: lists, Off: 4 * e * L}, {Index: 8, Buf: counts}}})

@@ -15,6 +15,7 @@ import (
 const (
 	codeNoRoute      = 7000  // 400: no such model route
 	codeUnauthorized = 10000 // 401: missing or wrong bearer token
+	codeForbidden    = 10000 // 403/421: a Host, Origin or site the daemon does not serve
 	codeTimeout      = 3046  // 504: the decision did not finish in time
 )
 

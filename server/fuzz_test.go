@@ -69,6 +69,7 @@ func FuzzHandler(f *testing.F) {
 			path = waiPath
 		}
 		req := httptest.NewRequestWithContext(context.Background(), http.MethodPost, path, strings.NewReader(body))
+		req.Host = "127.0.0.1:8089" // httptest's example.com is not served (DNS rebinding)
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
 		r := result{status: rec.Code, header: rec.Header(), body: rec.Body.Bytes()}

@@ -74,9 +74,38 @@ type metrics struct {
 	panics      uint64
 	loads       uint64
 	unloads     uint64
-	recent      []float64 // ring of recent decision latencies, seconds
-	recentNext  int
-	recentFull  bool
+	// recent is a ring of recent decisions' latencies as their clients
+	// waited (queue and engine), timed-out ones at their elapsed time: the
+	// p50/p99 of clef ps and the menu bar.
+	recent ring
+	// service is a ring of recent decisions' engine times: what the
+	// Retry-After of a full queue is estimated from.
+	service ring
+}
+
+// ring holds the last values observed, in seconds.
+type ring struct {
+	xs   []float64
+	next int
+	full bool
+}
+
+func newRing(n int) ring { return ring{xs: make([]float64, n)} }
+
+func (r *ring) add(v float64) {
+	r.xs[r.next] = v
+	r.next = (r.next + 1) % len(r.xs)
+	if r.next == 0 {
+		r.full = true
+	}
+}
+
+func (r *ring) values() []float64 {
+	n := r.next
+	if r.full {
+		n = len(r.xs)
+	}
+	return append([]float64(nil), r.xs[:n]...)
 }
 
 func newMetrics() *metrics {
@@ -86,7 +115,8 @@ func newMetrics() *metrics {
 		tokensHist: newHistogram(64, 256, 1024, 4096, 16384, 65536),
 		batchSizes: newHistogram(1, 2, 4, 8, 16, 32, 64),
 		queueWait:  newHistogram(latencyBounds...),
-		recent:     make([]float64, 1024),
+		recent:     newRing(1024),
+		service:    newRing(1024),
 	}
 }
 
@@ -103,8 +133,9 @@ func (m *metrics) request(route string, code int, d time.Duration) {
 	h.observe(d.Seconds())
 }
 
-// decision records one successful decision.
-func (m *metrics) decision(inputTokens int, d time.Duration) {
+// decision records one successful decision: its engine time run and the
+// latency its client saw.
+func (m *metrics) decision(inputTokens int, run, latency time.Duration) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.decisions++
@@ -112,11 +143,16 @@ func (m *metrics) decision(inputTokens int, d time.Duration) {
 		m.inputTokens += uint64(inputTokens)
 		m.tokensHist.observe(float64(inputTokens))
 	}
-	m.recent[m.recentNext] = d.Seconds()
-	m.recentNext = (m.recentNext + 1) % len(m.recent)
-	if m.recentNext == 0 {
-		m.recentFull = true
-	}
+	m.recent.add(latency.Seconds())
+	m.service.add(run.Seconds())
+}
+
+// timedOut records a decision that ran past its deadline, at the time it
+// took (its deadline), so the percentiles do not leave it out.
+func (m *metrics) timedOut(elapsed time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.recent.add(elapsed.Seconds())
 }
 
 func (m *metrics) batch(n int) { m.mu.Lock(); m.batchSizes.observe(float64(n)); m.mu.Unlock() }
@@ -131,15 +167,25 @@ func (m *metrics) unloaded()                  { m.mu.Lock(); m.unloads++; m.mu.U
 func (m *metrics) counts() (decisions uint64) { m.mu.Lock(); defer m.mu.Unlock(); return m.decisions }
 
 // quantiles returns the given quantiles (0..1) of recent decision
-// latencies in milliseconds, 0 when there are none.
+// latencies (timed-out decisions included) in milliseconds, 0 when there
+// are none.
 func (m *metrics) quantiles(qs ...float64) []float64 {
 	m.mu.Lock()
-	n := m.recentNext
-	if m.recentFull {
-		n = len(m.recent)
-	}
-	xs := append([]float64(nil), m.recent[:n]...)
+	xs := m.recent.values()
 	m.mu.Unlock()
+	return quantilesOf(xs, qs)
+}
+
+// serviceQuantile returns quantile q of recent decisions' engine time in
+// milliseconds, 0 when there are none.
+func (m *metrics) serviceQuantile(q float64) float64 {
+	m.mu.Lock()
+	xs := m.service.values()
+	m.mu.Unlock()
+	return quantilesOf(xs, []float64{q})[0]
+}
+
+func quantilesOf(xs, qs []float64) []float64 {
 	out := make([]float64, len(qs))
 	if len(xs) == 0 {
 		return out

@@ -37,7 +37,16 @@ type prefixEntry[V any] struct {
 	size int64
 }
 
-// NewPrefixCache returns a cache that holds at most maxBytes of values.
+// entryOverhead is what the cache itself holds per entry besides the value:
+// the key twice (in the map and in the entry), the entry, its list element
+// and its share of the map's buckets (about 200 bytes on 64-bit, counted as
+// 256). Put counts it with every value, so the budget bounds what the cache
+// really holds.
+const entryOverhead = 256
+
+// NewPrefixCache returns a cache that holds at most maxBytes: its values
+// (at the size Put is given) and its own bookkeeping (entryOverhead per
+// entry).
 func NewPrefixCache[V any](maxBytes int64) *PrefixCache[V] {
 	if maxBytes < 0 {
 		maxBytes = 0
@@ -48,13 +57,25 @@ func NewPrefixCache[V any](maxBytes int64) *PrefixCache[V] {
 // Enabled reports whether the cache may hold anything.
 func (c *PrefixCache[V]) Enabled() bool { return c != nil && c.max > 0 }
 
-// MaxBytes is the cache's budget: the engine does not build an entry larger
-// than this (it could never be stored).
+// MaxBytes is the largest value the cache can keep (its budget less its
+// own bookkeeping of one entry): the engine does not build a larger one.
 func (c *PrefixCache[V]) MaxBytes() int64 {
 	if c == nil {
 		return 0
 	}
-	return c.max
+	return max(0, c.max-entryOverhead)
+}
+
+// Contains reports whether key is cached, without counting a lookup or
+// marking it used.
+func (c *PrefixCache[V]) Contains(key PrefixKey) bool {
+	if c == nil {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.items[key]
+	return ok
 }
 
 // Get returns the value cached under key and marks it most recently used.
@@ -76,14 +97,17 @@ func (c *PrefixCache[V]) Get(key PrefixKey) (V, bool) {
 	return el.Value.(*prefixEntry[V]).val, true
 }
 
-// Put caches val (size bytes) under key, evicting the least recently used
-// entries until it fits. A value larger than the whole budget is not cached
-// (and released if it is a Releaser); Put reports whether it was kept.
+// Put caches val (size bytes, plus entryOverhead) under key, evicting the
+// least recently used entries until it fits. A value larger than the whole
+// budget is not cached (and released if it is a Releaser); Put reports
+// whether it was kept. A value leaving the cache (evicted, replaced,
+// cleared) is released.
 func (c *PrefixCache[V]) Put(key PrefixKey, val V, size int64) bool {
-	if c == nil || size < 0 || size > c.max {
+	if c == nil || size < 0 || size > c.MaxBytes() {
 		release(val)
 		return false
 	}
+	size += entryOverhead
 	var dropped []V
 	c.mu.Lock()
 	if el, ok := c.items[key]; ok {

@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math"
 	"net"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/clefrt/clef/engine/api"
 	"github.com/clefrt/clef/engine/pyjson"
+	"github.com/clefrt/clef/internal/untrusted"
 	"github.com/clefrt/clef/server/status"
 )
 
@@ -68,6 +68,10 @@ func (r *recorder) Write(b []byte) (int, error) {
 	return r.ResponseWriter.Write(b)
 }
 
+// logMaxRunes bounds what the request log keeps of a refusal or an error:
+// they may echo what the client sent (internal/untrusted cuts and escapes).
+const logMaxRunes = 200
+
 // reqInfo carries a request's id and the timings its handler learned.
 type reqInfo struct {
 	id    string
@@ -88,18 +92,17 @@ func (s *Server) wrap(route string, p protocol, method string, h handlerFunc) ht
 		}
 		rec := &recorder{ResponseWriter: w}
 		defer func() {
-			if v := recover(); v != nil {
-				if v == http.ErrAbortHandler {
-					panic(v)
-				}
+			v := recover()
+			abort := v == http.ErrAbortHandler
+			if v != nil && !abort {
 				s.metrics.panicked()
-				s.log.Error("panic serving request", "id", ri.id, "route", route, "panic", fmt.Sprint(v))
+				s.log.Error("panic serving request", "id", ri.id, "route", route, "panic", untrusted.Clip(fmt.Sprint(v), logMaxRunes))
 				if rec.status == 0 {
 					writeError(rec, p, &httpError{Status: http.StatusInternalServerError, Code: api.CodeInternal, Message: "internal error"}, ri.id)
 				}
 			}
 			code := rec.status
-			if code == 0 {
+			if code == 0 || abort {
 				code = 499 // nothing written: the client went away
 			}
 			d := time.Since(start)
@@ -108,10 +111,16 @@ func (s *Server) wrap(route string, p protocol, method string, h handlerFunc) ht
 			if route == "health" || route == "metrics" || route == "ps" {
 				level = slog.LevelDebug
 			}
-			attrs := append([]slog.Attr{slog.String("id", ri.id), slog.String("route", route), slog.String("method", r.Method),
+			attrs := append([]slog.Attr{slog.String("id", ri.id), slog.String("route", route), slog.String("method", untrusted.Clip(r.Method, 16)),
 				slog.Int("status", code), slog.Float64("ms", float64(d.Microseconds())/1000)}, ri.attrs...)
 			s.log.LogAttrs(context.Background(), level, "request", attrs...)
+			if abort {
+				panic(v) // net/http closes the connection without an answer
+			}
 		}()
+		if !s.check(rec, r, p, method, ri.id) {
+			return
+		}
 		if route != "health" && !s.authorized(r) {
 			rec.Header().Set("WWW-Authenticate", `Bearer realm="clef"`)
 			writeError(rec, p, &httpError{Status: http.StatusUnauthorized, Code: codeUnauthorized, Message: "missing or invalid bearer token"}, ri.id)
@@ -122,7 +131,22 @@ func (s *Server) wrap(route string, p protocol, method string, h handlerFunc) ht
 			writeError(rec, p, &httpError{Status: http.StatusMethodNotAllowed, Code: codeNoRoute, Message: r.Method + " is not allowed here; use " + method}, ri.id)
 			return
 		}
+		if method == http.MethodPost {
+			if he := checkContentType(r); he != nil {
+				writeError(rec, p, he, ri.id)
+				return
+			}
+		}
 		h(rec, r, ri)
+		if rec.status == 0 {
+			// Never an empty 200: a client that went away (or half-closed
+			// its side, which net/http cannot tell apart) gets its
+			// connection closed; a handler that wrote nothing is a bug.
+			if r.Context().Err() != nil {
+				panic(http.ErrAbortHandler)
+			}
+			writeError(rec, p, &httpError{Status: http.StatusInternalServerError, Code: api.CodeInternal, Message: "no answer"}, ri.id)
+		}
 	})
 }
 
@@ -169,17 +193,13 @@ func (s *Server) handleDecide(p protocol) handlerFunc {
 			writeError(w, p, &httpError{Status: http.StatusBadRequest, Code: codeNoRoute, Message: "No route for that URI"}, ri.id)
 			return
 		}
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
-		if err != nil {
-			var mbe *http.MaxBytesError
-			if errors.As(err, &mbe) {
-				writeError(w, p, &httpError{Status: http.StatusRequestEntityTooLarge, Code: api.CodeTooLong,
-					Message: fmt.Sprintf("request body is larger than %d bytes", s.cfg.MaxBodyBytes)}, ri.id)
-				return
-			}
-			writeError(w, p, &httpError{Status: http.StatusBadRequest, Code: api.CodeNotJSON, Message: "reading the request body: " + err.Error()}, ri.id)
+		body, release, he := s.readBody(w, r, p)
+		if he != nil {
+			ri.attrs = append(ri.attrs, slog.String("refused", untrusted.Clip(he.Message, logMaxRunes)))
+			writeError(w, p, he, ri.id)
 			return
 		}
+		defer release() // the body's budget is held until the answer
 		if s.cfg.LogBodies {
 			ri.attrs = append(ri.attrs, slog.String("body", string(body)))
 		}
@@ -187,7 +207,7 @@ func (s *Server) handleDecide(p protocol) handlerFunc {
 		req, ignored, err := s.parse(p, body)
 		if err != nil {
 			he, _ := toHTTPError(err)
-			ri.attrs = append(ri.attrs, slog.String("refused", he.Message))
+			ri.attrs = append(ri.attrs, slog.String("refused", untrusted.Clip(he.Message, logMaxRunes)))
 			writeError(w, p, he, ri.id)
 			return
 		}
@@ -195,9 +215,9 @@ func (s *Server) handleDecide(p protocol) handlerFunc {
 		if err != nil {
 			he, internal := toHTTPError(err)
 			if internal {
-				s.log.Error("decision failed", "id", ri.id, "err", err)
+				s.log.Error("decision failed", "id", ri.id, "err", untrusted.Error(err))
 			} else {
-				ri.attrs = append(ri.attrs, slog.String("refused", he.Message))
+				ri.attrs = append(ri.attrs, slog.String("refused", untrusted.Clip(he.Message, logMaxRunes)))
 			}
 			if he.Status == http.StatusTooManyRequests || he.Status >= 500 {
 				s.errorsN.Add(1)
@@ -231,12 +251,20 @@ func (s *Server) parse(p protocol, body []byte) (req *api.Request, ignored []str
 	if err != nil {
 		return nil, nil, err
 	}
-	if p == workersAI {
+	switch {
+	case p == workersAI && !s.cfg.Strict:
 		if err := checkWorkersAIModel(req); err != nil {
 			return nil, nil, err
 		}
 		ignored, err = req.ValidateHostedLenient() // Validate, then the hosted limits
-	} else {
+	case p == workersAI:
+		if err := checkWorkersAIModel(req); err != nil {
+			return nil, nil, err
+		}
+		err = req.ValidateHosted()
+	case s.cfg.Strict:
+		err = req.ValidateHosted()
+	default:
 		err = req.Validate()
 	}
 	if err != nil {
@@ -280,9 +308,14 @@ func (s *Server) submit(parent context.Context, req *api.Request, ri *reqInfo) (
 	if err := s.admit(); err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(parent, s.cfg.RequestTimeout)
+	start := time.Now()
+	ctx, cancel := s.jobContext(parent)
 	defer cancel()
-	j := &job{ctx: ctx, req: req, enq: time.Now(), done: make(chan jobResult, 1)}
+	j := &job{ctx: ctx, req: req, id: ri.id, done: make(chan jobResult, 1)}
+	if err := s.prepare(j); err != nil { // tokenized here, not on the worker
+		return nil, s.jobError(ctx, err)
+	}
+	j.enq = time.Now()
 	s.inflight.Add(1)
 	defer s.inflight.Add(-1)
 	if err := s.enqueue(j); err != nil {
@@ -301,10 +334,13 @@ func (s *Server) submit(parent context.Context, req *api.Request, ri *reqInfo) (
 	}
 	ri.attrs = append(ri.attrs, slog.Float64("queue_ms", ms(res.wait)), slog.Float64("decide_ms", ms(res.run)))
 	if res.err != nil {
-		return nil, res.err
+		if errors.Is(res.err, context.DeadlineExceeded) {
+			s.metrics.timedOut(time.Since(start)) // in the percentiles, at its deadline
+		}
+		return nil, s.jobError(ctx, res.err)
 	}
 	s.requests.Add(1)
-	s.metrics.decision(res.dec.InputTokens, res.run)
+	s.metrics.decision(res.dec.InputTokens, res.run, time.Since(start))
 	ri.attrs = append(ri.attrs, slog.Int("input_tokens", res.dec.InputTokens))
 	if res.dec.CachedTokens > 0 {
 		ri.attrs = append(ri.attrs, slog.Int("cached_prefix_tokens", res.dec.CachedTokens))
@@ -319,7 +355,7 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // retryAfter estimates, in whole seconds, when the queue will have room.
 func (s *Server) retryAfter() int {
-	p50 := s.metrics.quantiles(0.5)[0] / 1000
+	p50 := s.metrics.serviceQuantile(0.5) / 1000
 	secs := int(math.Ceil(float64(s.depth.Load()) * p50))
 	return max(1, min(secs, 60))
 }
@@ -345,35 +381,7 @@ func (s *Server) handleModels(w http.ResponseWriter, r *http.Request, ri *reqInf
 }
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request, ri *reqInfo) {
-	s.mu.Lock()
-	state, loaded, loadErr := s.state, s.model != nil, s.loadErr
-	s.mu.Unlock()
-	type health struct {
-		Status string `json:"status"`
-		Model  string `json:"model"`
-		Reason string `json:"reason,omitempty"`
-	}
-	h := health{Status: "ok", Model: s.cfg.ModelName}
-	code := http.StatusOK
-	if state != status.StateReady || !loaded {
-		code = http.StatusServiceUnavailable
-		h.Status = state
-		switch state {
-		case status.StateStarting, status.StateLoading:
-			h.Reason = "model is loading"
-			w.Header().Set("Retry-After", "5")
-		case status.StateUnloaded:
-			h.Reason = "model unloaded after the idle timeout; the next decision reloads it"
-		case status.StateFailed:
-			h.Reason = "model failed to load: " + loadErr.Error()
-		case status.StateStopping:
-			h.Reason = "server is shutting down"
-		default:
-			h.Reason = "model not loaded"
-		}
-	}
-	body, _ := json.Marshal(h)
-	writeJSON(w, code, body)
+	s.writeHealth(w, r)
 }
 
 func (s *Server) handlePS(w http.ResponseWriter, r *http.Request, ri *reqInfo) {
@@ -382,9 +390,11 @@ func (s *Server) handlePS(w http.ResponseWriter, r *http.Request, ri *reqInfo) {
 }
 
 func (s *Server) handleShutdown(w http.ResponseWriter, r *http.Request, ri *reqInfo) {
-	if s.cfg.Token == "" && !isLoopback(r.RemoteAddr) {
-		writeError(w, systemOne, &httpError{Status: http.StatusForbidden, Code: codeUnauthorized, Message: "shutdown is only allowed from loopback or with the bearer token"}, ri.id)
-		return
+	if s.cfg.Token == "" { // with a token, wrap checked it
+		if msg := shutdownAllowed(r); msg != "" {
+			writeError(w, systemOne, &httpError{Status: http.StatusForbidden, Code: codeForbidden, Message: msg}, ri.id)
+			return
+		}
 	}
 	s.shutdownOnce.Do(func() { close(s.shutdownReq) })
 	writeJSON(w, http.StatusAccepted, []byte(`{"status":"shutting down"}`))
@@ -414,6 +424,8 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request, ri *reqIn
 		{name: "clef_resident_bytes", help: "Memory held by the loaded model (process RSS when the model does not say).", value: float64(m.ResidentBytes)},
 		{name: "clef_process_resident_bytes", help: "Resident set size of the daemon.", value: float64(processRSS())},
 		{name: "clef_uptime_seconds", help: "Seconds since the daemon started.", value: ps.Daemon.UptimeS},
+		{name: "clef_request_body_bytes", help: "Bytes of request bodies held now (read or being read).", value: float64(s.edge.budget.inUse())},
+		{name: "clef_request_body_budget_bytes", help: "Bound of the request body bytes held at once.", value: float64(s.edge.budget.max)},
 	}
 	c := s.cache.Status()
 	gauges = append(gauges,

@@ -152,23 +152,7 @@ func TestKernels(t *testing.T) {
 			continue
 		}
 		seen[name] = true
-		ran := false
-		ok := t.Run(name, func(t *testing.T) {
-			defer func() { ran = !t.Failed() }()
-			cs := cases[name]
-			if len(cs) == 0 {
-				t.Fatalf("kernel %s has no emulation test case", name)
-			}
-			h := harnesses[name]
-			if h == nil {
-				t.Fatalf("kernel %s not found in the compiled harnesses", name)
-			}
-			for i, c := range cs {
-				rng := rand.New(rand.NewSource(int64(1000*i + len(name))))
-				c(t, h, rng)
-			}
-		})
-		if ok && ran { // a subtest filtered out by -run reports ok without running
+		if verifyKernel(t, name, cases[name], harnesses[name]) {
 			verified++
 		}
 	}
@@ -178,6 +162,44 @@ func TestKernels(t *testing.T) {
 		}
 	}
 	summary(verified)
+}
+
+// verifyKernel runs a kernel's cases as a subtest of t and reports whether
+// they verified it: they ran to the end and passed. A subtest filtered out
+// by -run, or one that skipped (t.Skip in a case), verified nothing.
+func verifyKernel(t *testing.T, name string, cs []kernelCase, h *mslemu.Harness) bool {
+	verified := false
+	t.Run(name, func(t *testing.T) {
+		if len(cs) == 0 {
+			t.Fatalf("kernel %s has no emulation test case", name)
+		}
+		if h == nil {
+			t.Fatalf("kernel %s not found in the compiled harnesses", name)
+		}
+		for i, c := range cs {
+			rng := rand.New(rand.NewSource(int64(1000*i + len(name))))
+			c(t, h, rng)
+		}
+		verified = !t.Failed() && !t.Skipped()
+	})
+	return verified
+}
+
+// A case that skips never counts as verifying its kernel; one that runs
+// and passes does.
+func TestVerifyKernelAccounting(t *testing.T) {
+	h := &mslemu.Harness{}
+	pass := func(t *testing.T, h *mslemu.Harness, rng *rand.Rand) {}
+	skip := func(t *testing.T, h *mslemu.Harness, rng *rand.Rand) { t.Skip("no device for this case") }
+	if !verifyKernel(t, "passes", []kernelCase{pass}, h) {
+		t.Error("a passing case did not verify its kernel")
+	}
+	if verifyKernel(t, "skips", []kernelCase{skip}, h) {
+		t.Error("a skipped case verified its kernel")
+	}
+	if verifyKernel(t, "passes-then-skips", []kernelCase{pass, skip, pass}, h) {
+		t.Error("a kernel with a skipped case was verified")
+	}
 }
 
 // ---- helpers ----------------------------------------------------------------

@@ -29,7 +29,9 @@ func init() {
 		Short: "Write the LaunchAgent that starts clef serve at login",
 		Long: `Write ~/Library/LaunchAgents/` + launchagent.Label + `.plist, which starts
 "clef serve --model PATH" at login and restarts it if it fails, with its log in
-~/Library/Logs/clef/serve.log. On macOS it is also loaded now (launchctl).`,
+~/Library/Logs/clef/serve.log. On macOS it is also loaded now (launchctl).
+--token reaches clef serve as CLEF_TOKEN in the agent's environment (the
+plist is readable by you only), never in its arguments, which ps shows.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if model == "" {
@@ -57,8 +59,11 @@ func init() {
 				return err
 			}
 			args := []string{"serve", "--model", abs, "--addr", addr}
+			var env map[string]string
 			if token != "" {
-				args = append(args, "--token", token)
+				// Through the environment, not the arguments, which every
+				// local user sees in ps; the plist is mode 0600.
+				env = map[string]string{"CLEF_TOKEN": token}
 			}
 			if idle != "" {
 				if _, err := time.ParseDuration(idle); err != nil {
@@ -66,7 +71,7 @@ func init() {
 				}
 				args = append(args, "--idle-unload", idle)
 			}
-			p, err := launchagent.Install(home, launchagent.Config{Program: prog, Args: args, LogPath: launchagent.DefaultLogPath(home), KeepAlive: true})
+			p, err := launchagent.Install(home, launchagent.Config{Program: prog, Args: args, Env: env, LogPath: launchagent.DefaultLogPath(home), KeepAlive: true})
 			if err != nil {
 				return err
 			}
@@ -83,7 +88,7 @@ func init() {
 	}
 	install.Flags().StringVar(&model, "model", "", "model the daemon loads (default $CLEF_MODEL)")
 	install.Flags().StringVar(&addr, "addr", server.DefaultAddr, "address the daemon listens on")
-	install.Flags().StringVar(&token, "token", "", "bearer token the daemon requires (stored in the plist, mode 0600)")
+	install.Flags().StringVar(&token, "token", "", "bearer token the daemon requires (given to clef serve as $CLEF_TOKEN from the plist, mode 0600; never in its arguments)")
 	install.Flags().StringVar(&idle, "idle-unload", "", "unload the model after this long idle (e.g. 30m)")
 	install.Flags().BoolVar(&load, "load", true, "on macOS, load the agent now with launchctl")
 

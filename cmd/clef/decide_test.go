@@ -26,7 +26,11 @@ func run(t *testing.T, stdin string, args ...string) (string, string, error) {
 		t.Fatal(err)
 	}
 	cmd.Flags().VisitAll(func(f *pflag.Flag) {
-		f.Value.Set(f.DefValue)
+		if sv, ok := f.Value.(pflag.SliceValue); ok {
+			sv.Replace(nil) // Set would append to the default's "[]"
+		} else {
+			f.Value.Set(f.DefValue)
+		}
 		f.Changed = false
 	})
 	var out, errOut bytes.Buffer

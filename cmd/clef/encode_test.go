@@ -138,6 +138,9 @@ func TestEncodeFlagsAndFiles(t *testing.T) {
 		{body, []string{"--tokenizer", encodeTokDir, dir + "/nope.json"}, "nope.json"},
 		{`{"model":`, []string{"--tokenizer", encodeTokDir}, "not valid JSON"},
 		{body, []string{"--tokenizer", encodeTokDir, "--max-length", "10"}, "schema requires"},
+		// encode_record reads a choice's criteria without a default: KeyError.
+		{`{"model":"clef-omni","state":"s","questions":{"c":{"type":"choice","instructions":"?"}}}`, []string{"--tokenizer", encodeTokDir}, "KeyError 'criteria'"},
+		{`{"model":"clef-omni","state":"s","questions":{"c":{"type":"choice","instructions":"?"}}}`, []string{"--tokenizer", encodeTokDir, "--validate"}, "invalid request"},
 	} {
 		out, err := runEncode(t, c.stdin, c.args...)
 		var ee *exitError

@@ -39,6 +39,10 @@ type serveFlags struct {
 	threads          int
 	maxLength        int
 	name             string
+	allowHosts       []string
+	corsOrigins      []string
+	strict           bool
+	bodyBudget       string
 }
 
 func init() {
@@ -55,9 +59,15 @@ func init() {
 
 so an existing SystemOne or Workers AI client works by changing its base URL.
 It listens on loopback only unless --addr says otherwise; a non-loopback
-address without --token draws a warning. Logs carry request ids and timings,
-never state contents unless --log-bodies. SIGINT/SIGTERM finish in-flight
-work, then exit.`,
+address without --token draws a warning. Web pages cannot use it: only Host
+values naming the daemon are served (--allow-host for more), requests from
+another origin are refused (--cors-origin to allow one), decision routes
+take Content-Type: application/json (or none, from non-browser clients),
+and bodies are bounded (--max-body-bytes each, --body-budget-bytes in all).
+Logs carry request ids and timings,
+never state contents unless --log-bodies. SIGINT/SIGTERM answer queued
+requests 503 at once, let the decision in flight finish for up to
+--shutdown-timeout, then cancel it (503 too) and exit.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runServe(cmd, &f) },
 	}
@@ -71,7 +81,7 @@ work, then exit.`,
 	fl.IntVar(&f.maxBatch, "max-batch", server.DefaultMaxBatch, "decisions run back to back per scheduler turn")
 	fl.StringVar(&f.maxBodyBytes, "max-body-bytes", "64MiB", "largest request body (413 past it)")
 	fl.DurationVar(&f.requestTimeout, "request-timeout", server.DefaultRequestTimeout, "deadline of one decision, queueing included (504 past it)")
-	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", time.Minute, "how long shutdown waits for in-flight decisions")
+	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 0, "how long shutdown lets the decision in flight run before cancelling it and answering 503 (0: as long as --request-timeout)")
 	fl.BoolVar(&f.logBodies, "log-bodies", false, "log request bodies (they hold state contents)")
 	fl.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fl.BoolVarP(&f.verbose, "verbose", "v", false, "also log /health, /metrics and /v1/ps requests")
@@ -79,6 +89,10 @@ work, then exit.`,
 	fl.IntVar(&f.threads, "threads", 0, "CPU threads (0: all cores)")
 	fl.IntVar(&f.maxLength, "max-length", engine.DefaultMaxLength, "token budget of a record; only the state is truncated to fit")
 	fl.StringVar(&f.name, "name", server.DefaultModelName, "served model name (GET /v1/models)")
+	fl.StringArrayVar(&f.allowHosts, "allow-host", nil, "also serve this Host (name or name:port; repeatable); loopback names and addresses and the --addr host are always served, any other Host gets 421 (DNS rebinding)")
+	fl.StringArrayVar(&f.corsOrigins, "cors-origin", nil, "web origin (scheme://host[:port]) allowed to call the daemon from a browser, with CORS headers (repeatable); none by default")
+	fl.BoolVar(&f.strict, "strict", false, "apply the hosted Workers AI checks and body-size rule (524,288 bytes) on /v1/systemone too")
+	fl.StringVar(&f.bodyBudget, "body-budget-bytes", "256MiB", "bytes of all request bodies held at once (at least --max-body-bytes); past it requests wait briefly, then get 503 with Retry-After")
 	rootCmd.AddCommand(cmd)
 }
 
@@ -106,8 +120,13 @@ func runServe(cmd *cobra.Command, f *serveFlags) error {
 	if err != nil || bodyBytes <= 0 {
 		return &exitError{2, fmt.Errorf("--max-body-bytes: must be a positive size, got %q", f.maxBodyBytes)}
 	}
-	if f.idleUnload < 0 || f.requestTimeout <= 0 || f.queue <= 0 || f.maxBatch <= 0 {
-		return &exitError{2, errors.New("--idle-unload must be ≥ 0; --request-timeout, --queue and --max-batch must be positive")}
+	budgetBytes, err := parseBytes(f.bodyBudget)
+	if err != nil || budgetBytes <= 0 {
+		return &exitError{2, fmt.Errorf("--body-budget-bytes: must be a positive size, got %q", f.bodyBudget)}
+	}
+	budgetBytes = max(budgetBytes, bodyBytes)
+	if f.idleUnload < 0 || f.shutdownTimeout < 0 || f.requestTimeout <= 0 || f.queue <= 0 || f.maxBatch <= 0 {
+		return &exitError{2, errors.New("--idle-unload and --shutdown-timeout must be ≥ 0; --request-timeout, --queue and --max-batch must be positive")}
 	}
 	token := f.token
 	if token == "" {
@@ -134,7 +153,7 @@ func runServe(cmd *cobra.Command, f *serveFlags) error {
 		Token:            token,
 		ModelName:        f.name,
 		ModelPath:        path,
-		Load:             server.EngineLoader(path, engine.Options{Backend: f.backend, Threads: f.threads, MaxLength: f.maxLength}),
+		Load:             server.EngineLoader(path, engine.Options{Backend: f.backend, Threads: f.threads, MaxLength: f.maxLength, Strict: f.strict}),
 		IdleUnload:       f.idleUnload,
 		QueueSize:        f.queue,
 		MaxBatch:         f.maxBatch,
@@ -144,6 +163,10 @@ func runServe(cmd *cobra.Command, f *serveFlags) error {
 		LogBodies:        f.logBodies,
 		Logger:           log,
 		Version:          version,
+		AllowHosts:       append(addrName(f.addr), f.allowHosts...),
+		CORSOrigins:      f.corsOrigins,
+		Strict:           f.strict,
+		BodyBudgetBytes:  budgetBytes,
 	})
 	if err != nil {
 		ln.Close()
@@ -165,13 +188,23 @@ func runServe(cmd *cobra.Command, f *serveFlags) error {
 	case <-srv.ShutdownRequested():
 		log.Info("shutting down", "reason", "requested over HTTP")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), f.shutdownTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout(f))
 	defer cancel()
 	if err := srv.Shutdown(ctx); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// shutdownTimeout is how long shutdown lets the decision in flight run:
+// --shutdown-timeout, by default the request timeout (a decision admitted
+// before the shutdown may use all of it).
+func shutdownTimeout(f *serveFlags) time.Duration {
+	if f.shutdownTimeout > 0 {
+		return f.shutdownTimeout
+	}
+	return f.requestTimeout
 }
 
 // exposureWarning is the warning for an address beyond loopback served
@@ -181,6 +214,16 @@ func exposureWarning(addr, token string) string {
 		return ""
 	}
 	return "listening beyond loopback without --token: anyone who can reach " + addr + " can use the model; set --token"
+}
+
+// addrName is the host of --addr when it is a name (the listener knows
+// only its address), to be served as a Host.
+func addrName(addr string) []string {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil || host == "" || net.ParseIP(host) != nil {
+		return nil
+	}
+	return []string{host}
 }
 
 // loopbackAddr reports whether addr (host:port) listens on loopback only.

@@ -45,7 +45,8 @@ func TestServeCommand(t *testing.T) {
 	}
 	done := make(chan res, 1)
 	go func() {
-		_, errOut, err := run(t, "", "serve", "--model", tinyRelease, "--addr", addr, "--prefix-cache-bytes", "64MiB", "--log-format", "json")
+		_, errOut, err := run(t, "", "serve", "--model", tinyRelease, "--addr", addr, "--prefix-cache-bytes", "64MiB", "--log-format", "json",
+			"--allow-host", "clef.test", "--cors-origin", "http://app.test:3000")
 		done <- res{errOut, err}
 	}()
 	base := "http://" + addr
@@ -62,6 +63,27 @@ func TestServeCommand(t *testing.T) {
 	code, body := httpDo(t, "POST", base+"/v1/systemone", `{"model":"clef-omni","state":"secret state text","questions":{"q":{"type":"noul","instructions":"ok?"}}}`)
 	if code != 200 || !strings.Contains(body, `"answers": {"q": {"type": "noul", "noul": `) {
 		t.Fatalf("decision: %d %s", code, body)
+	}
+	// The edge flags: --allow-host serves that Host, others get 421;
+	// --cors-origin gets CORS headers, other origins 403.
+	for _, c := range []struct {
+		host, origin string
+		code         int
+		acao         string
+	}{{"clef.test", "", 200, ""}, {"evil.test", "", 421, ""}, {addr, "http://app.test:3000", 200, "http://app.test:3000"}, {addr, "http://evil.test", 403, ""}} {
+		req, _ := http.NewRequest("GET", base+"/v1/models", nil)
+		req.Host = c.host
+		if c.origin != "" {
+			req.Header.Set("Origin", c.origin)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != c.code || resp.Header.Get("Access-Control-Allow-Origin") != c.acao {
+			t.Errorf("Host %s Origin %q: %d %q", c.host, c.origin, resp.StatusCode, resp.Header.Get("Access-Control-Allow-Origin"))
+		}
 	}
 	out, _, err := run(t, "", "ps", "--addr", addr)
 	if err != nil || !strings.Contains(out, "clef-omni") || !strings.Contains(out, "ready") || !strings.Contains(out, "prefix cache") {
@@ -100,6 +122,9 @@ func TestServeFlagErrors(t *testing.T) {
 		{"serve", "--max-body-bytes", "0"},
 		{"serve", "--log-format", "xml"},
 		{"serve", "--queue", "0"},
+		{"serve", "--body-budget-bytes", "none"},
+		{"serve", "--addr", "127.0.0.1:0", "--cors-origin", "*"},
+		{"serve", "--addr", "127.0.0.1:0", "--allow-host", "http://x/"},
 	} {
 		_, _, err := run(t, "", args...)
 		if exitCode(err) != 2 {

@@ -391,6 +391,25 @@ type RowChunker interface {
 	Concat(ts ...*Tensor) (*Tensor, error)
 }
 
+// Interruptible is an optional extension of Backend (found by type
+// assertion) for backends whose ops can run long: one op over a long
+// record (attention over tens of thousands of keys, a matmul over every
+// row) can take seconds, and a caller that checks its context only between
+// ops would keep the machine busy that long after the decision was
+// abandoned. While an interrupt is set, the backend checks ctx between the
+// work items of its ops (the CPU backend between the chunks its workers
+// pull; the Metal backend at command-buffer boundaries), and an op that
+// sees ctx done stops early and returns an error wrapping ctx.Err(). The
+// results of an interrupted op are discarded; the bits of an op that runs
+// to the end are the same as without an interrupt.
+type Interruptible interface {
+	// Interrupt makes the backend's ops give up once ctx is done, until
+	// the returned function is called (which restores the previous
+	// interrupt). A backend serves one decision at a time: the interrupt
+	// applies to every op called meanwhile, from any goroutine.
+	Interrupt(ctx context.Context) (restore func())
+}
+
 // Options configure a backend when it is opened.
 type Options struct {
 	// Threads is the number of CPU worker threads; 0 means all cores.

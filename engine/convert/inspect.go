@@ -2,6 +2,7 @@ package convert
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"sort"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/clefrt/clef/engine/release"
 	"github.com/clefrt/clef/engine/weights"
+	"github.com/clefrt/clef/internal/untrusted"
 	"github.com/clefrt/clef/quant"
 )
 
@@ -73,7 +75,9 @@ type Memory struct {
 // Describe inspects the model at path: a release or MLX directory, a GGUF
 // (with its companion) or a single safetensors file. ctx sizes the memory
 // estimate (0: DefaultContext). A file or directory without a configuration
-// is described from its tensors alone.
+// (release.ErrNoConfig) is described from its tensors alone; a model whose
+// files disagree is refused with release.Open's error, as clef decide and
+// clef serve refuse it.
 func Describe(path string, ctx int) (*Description, error) {
 	if ctx <= 0 {
 		ctx = DefaultContext
@@ -90,6 +94,9 @@ func Describe(path string, ctx int) (*Description, error) {
 			d.Config = &c
 		}
 	} else {
+		if !errors.Is(err, release.ErrNoConfig) {
+			return nil, err
+		}
 		var werr error
 		if m, werr = weights.Open(path, weights.Options{}); werr != nil {
 			return nil, err
@@ -191,13 +198,15 @@ func estimateMemory(c *release.Text, weightBytes int64, ctx int) Memory {
 	return m
 }
 
-// describeArch names the architecture.
+// describeArch names the architecture. What it quotes of the files
+// (file type, model_type, architectures) is cut and escaped: it goes to a
+// terminal.
 func describeArch(r *release.Release) string {
 	if f := r.Backbone; f != nil {
 		arch, _ := f.Architecture()
 		desc := arch + " (GGUF v" + fmt.Sprint(f.Version)
 		if ft, err := f.String(release.GGUFFileTypeKey); err == nil {
-			desc += ", " + ft
+			desc += ", " + untrusted.Clip(ft, untrusted.MaxRunes)
 		} else if ft, err := f.Uint("general.file_type"); err == nil {
 			desc += fmt.Sprintf(", llama.cpp file type %d", ft)
 		}
@@ -217,9 +226,9 @@ func describeArch(r *release.Release) string {
 	if json.Unmarshal(r.Files[release.ConfigFile], &top) != nil {
 		return "unknown (config.json unreadable)"
 	}
-	desc := top.ModelType
+	desc := untrusted.Clip(top.ModelType, untrusted.MaxRunes)
 	if len(top.Architectures) > 0 {
-		desc += " (" + strings.Join(top.Architectures, ", ") + ")"
+		desc += " (" + untrusted.Clip(strings.Join(top.Architectures, ", "), untrusted.MaxRunes) + ")"
 	}
 	if top.Quantization != nil {
 		desc += fmt.Sprintf(", MLX affine %d-bit, group %d", top.Quantization.Bits, top.Quantization.GroupSize)

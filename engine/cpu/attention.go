@@ -52,7 +52,7 @@ func (b *Backend) Attention(q, k, v *backend.Tensor, o backend.AttentionOptions)
 	out := make([]float32, L*qc)
 	qBlocks := (L + attnQueryBlock - 1) / attnQueryBlock
 	scale := o.Scale
-	b.parallelDynamic(units*qBlocks, func(_, item int) {
+	if err := b.parallelDynamic(units*qBlocks, func(_, item int) {
 		// Hand out the last query blocks (the longest, when causal) first.
 		h0 := item % units * pair
 		qb := qBlocks - 1 - item/units
@@ -63,7 +63,9 @@ func (b *Backend) Attention(q, k, v *backend.Tensor, o backend.AttentionOptions)
 			st.row(qf[i*qc+h0*d:i*qc+(h0+pair)*d], kf[kvh*d:], vf[kvh*d:], kc, ranges[i][0], ranges[i][1], scale)
 			st.write(out[i*qc+h0*d : i*qc+(h0+pair)*d])
 		}
-	})
+	}); err != nil {
+		return nil, err
+	}
 	return newAct(out, L, qc), nil
 }
 

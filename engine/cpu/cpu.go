@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"sync/atomic"
 
 	"github.com/clefrt/clef/engine/backend"
 	"github.com/clefrt/clef/engine/weights"
@@ -23,11 +24,15 @@ func init() {
 type Backend struct {
 	threads int
 	precise bool
+	// stop is the interrupt of the decision running now (Interrupt), nil
+	// for none: the workers check it between the chunks they pull.
+	stop atomic.Pointer[stopper]
 }
 
 var (
-	_ backend.Backend    = (*Backend)(nil)
-	_ backend.RowChunker = (*Backend)(nil)
+	_ backend.Backend       = (*Backend)(nil)
+	_ backend.RowChunker    = (*Backend)(nil)
+	_ backend.Interruptible = (*Backend)(nil)
 )
 
 // view is the handle of a Rows view: it shares its parent's storage.
@@ -187,11 +192,13 @@ func (b *Backend) Embed(table *backend.Tensor, ids []int) (*backend.Tensor, erro
 	out := make([]float32, len(ids)*dim)
 	switch h := table.Handle.(type) {
 	case *weight:
-		b.parallel(len(ids), 1, func(lo, hi int) {
+		if err := b.parallel(len(ids), 1, func(lo, hi int) {
 			for i := lo; i < hi; i++ {
 				h.decodeRow(out[i*dim:(i+1)*dim], ids[i])
 			}
-		})
+		}); err != nil {
+			return nil, err
+		}
 	case []float32:
 		if len(h) != vocab*dim {
 			return nil, fmt.Errorf("cpu: Embed: table shape %v does not match %d values", table.Shape, len(h))
@@ -219,12 +226,14 @@ func (b *Backend) Add(x, y *backend.Tensor) (*backend.Tensor, error) {
 		return nil, fmt.Errorf("cpu: Add: shapes [%d %d] and [%d %d] differ", r, c, r2, c2)
 	}
 	out := make([]float32, len(xf))
-	b.parallel(len(out), 1<<15, func(lo, hi int) {
+	if err := b.parallel(len(out), 1<<15, func(lo, hi int) {
 		o, xs, ys := out[lo:hi], xf[lo:hi], yf[lo:hi]
 		for i := range o {
 			o[i] = xs[i] + ys[i]
 		}
-	})
+	}); err != nil {
+		return nil, err
+	}
 	return newAct(out, r, c), nil
 }
 

@@ -24,11 +24,13 @@ func (b *Backend) GELU(x *backend.Tensor, kind backend.GELUKind) (*backend.Tenso
 		return nil, fmt.Errorf("cpu: GELU: unknown kind %v", kind)
 	}
 	out := make([]float32, len(xf))
-	b.parallel(len(out), 1<<13, func(lo, hi int) {
+	if err := b.parallel(len(out), 1<<13, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			out[i] = float32(f(float64(xf[i])))
 		}
-	})
+	}); err != nil {
+		return nil, err
+	}
 	return newAct(out, r, c), nil
 }
 
@@ -49,13 +51,15 @@ func (b *Backend) AddBias(x, bias *backend.Tensor) (*backend.Tensor, error) {
 		return nil, err
 	}
 	out := make([]float32, len(xf))
-	b.parallel(r, max(1, 1<<15/max(1, c)), func(lo, hi int) {
+	if err := b.parallel(r, max(1, 1<<15/max(1, c)), func(lo, hi int) {
 		for q := lo; q < hi; q++ {
 			o, in := out[q*c:(q+1)*c], xf[q*c:(q+1)*c]
 			for i, v := range in {
 				o[i] = v + bs[i]
 			}
 		}
-	})
+	}); err != nil {
+		return nil, err
+	}
 	return newAct(out, r, c), nil
 }

@@ -37,7 +37,9 @@ func (b *Backend) MatMul(x, w *backend.Tensor) (*backend.Tensor, error) {
 		}
 		return newAct(out, m, n), nil
 	}
-	b.matmul(out, xf, m, k, n, src)
+	if err := b.matmul(out, xf, m, k, n, src); err != nil {
+		return nil, fmt.Errorf("cpu: MatMul: %w", err)
+	}
 	return newAct(out, m, n), nil
 }
 
@@ -94,11 +96,11 @@ func (b *Backend) rowSource(w *backend.Tensor, k int, op string) (func(dst []flo
 }
 
 // matmul fills out [m, n] with x [m, k] times the rows given by src.
-func (b *Backend) matmul(out, x []float32, m, k, n int, src func(dst []float32, r int)) {
+func (b *Backend) matmul(out, x []float32, m, k, n int, src func(dst []float32, r int)) error {
 	tiles := (n + tileRows - 1) / tileRows
 	// Enough tiles per worker that a tiny product is not split at all.
 	minTiles := max(1, 1<<16/max(1, m*k*tileRows))
-	b.parallel(tiles, minTiles, func(lo, hi int) {
+	return b.parallel(tiles, minTiles, func(lo, hi int) {
 		matmulTiles(out, x, m, k, n, src, lo, hi)
 	})
 }

@@ -24,7 +24,7 @@ func (b *Backend) Route(logits *backend.Tensor, k int, norm bool) (*backend.Tens
 	}
 	ids := make([]int32, L*k)
 	ws := make([]float32, L*k)
-	b.parallel(L, 16, func(lo, hi int) {
+	if err := b.parallel(L, 16, func(lo, hi int) {
 		p := make([]float32, E)
 		order := make([]int, E)
 		for r := lo; r < hi; r++ {
@@ -67,7 +67,9 @@ func (b *Backend) Route(logits *backend.Tensor, k int, norm bool) (*backend.Tens
 				}
 			}
 		}
-	})
+	}); err != nil {
+		return nil, nil, err
+	}
 	idT := &backend.Tensor{Type: quant.I32, Shape: []int{L, k}, Handle: ids}
 	return idT, newAct(ws, L, k), nil
 }
@@ -291,11 +293,13 @@ func (b *Backend) expertFFN(ye, xf []float32, rows []int, hidden int, pj *moePro
 		return err
 	}
 	if par {
-		b.parallel(len(gt), 1<<14, func(lo, hi int) {
+		if err := b.parallel(len(gt), 1<<14, func(lo, hi int) {
 			for i := lo; i < hi; i++ {
 				gt[i] = silu(gt[i]) * upv[i]
 			}
-		})
+		}); err != nil {
+			return err
+		}
 	} else {
 		for i, g := range gt {
 			gt[i] = silu(g) * upv[i]
@@ -315,7 +319,7 @@ func (b *Backend) expertFFN(ye, xf []float32, rows []int, hidden int, pj *moePro
 func (b *Backend) moeGroups(out, xf []float32, L, hidden, k int, id []int32, wf []float32, active []int, projs []moeProj, count, start, rowOf, slotAt []int) error {
 	// order[r*k:(r+1)*k] lists row r's slots by ascending expert id.
 	order := make([]int, L*k)
-	b.parallel(L, 64, func(lo, hi int) {
+	if err := b.parallel(L, 64, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			o := order[r*k : (r+1)*k]
 			for j := range o {
@@ -325,7 +329,9 @@ func (b *Backend) moeGroups(out, xf []float32, L, hidden, k int, id []int32, wf 
 				}
 			}
 		}
-	})
+	}); err != nil {
+		return err
+	}
 	sh, err := b.moeShare(xf, L, hidden, active, projs)
 	if err != nil {
 		return err
@@ -352,11 +358,13 @@ func (b *Backend) moeGroups(out, xf []float32, L, hidden, k int, id []int32, wf 
 			group = append(group[:0], active[a0:a1]...)
 			sort.SliceStable(group, func(i, j int) bool { return count[group[i]] > count[group[j]] })
 			errs := make([]error, len(group))
-			b.parallelDynamic(len(group), func(w, i int) {
+			if err := b.parallelDynamic(len(group), func(w, i int) {
 				e := group[i]
 				ye := yg[(start[e]-g0)*hidden : (start[e]-g0+count[e])*hidden]
 				errs[i] = b.expertFFN(ye, xf, rowOf[start[e]:start[e]+count[e]], hidden, &projs[e], false, &scratch[w], sh)
-			})
+			}); err != nil {
+				return err
+			}
 			for _, err := range errs {
 				if err != nil {
 					return err
@@ -364,7 +372,7 @@ func (b *Backend) moeGroups(out, xf []float32, L, hidden, k int, id []int32, wf 
 			}
 		}
 		eLo, eHi := int32(active[a0]), int32(active[a1-1])
-		b.parallel(L, 16, func(lo, hi int) {
+		if err := b.parallel(L, 16, func(lo, hi int) {
 			for r := lo; r < hi; r++ {
 				o := out[r*hidden : (r+1)*hidden]
 				for _, j := range order[r*k : (r+1)*k] {
@@ -379,7 +387,9 @@ func (b *Backend) moeGroups(out, xf []float32, L, hidden, k int, id []int32, wf 
 					}
 				}
 			}
-		})
+		}); err != nil {
+			return err
+		}
 		a0 = a1
 	}
 	return nil
@@ -422,10 +432,9 @@ func (b *Backend) project(out, x []float32, m, k, n int, src func([]float32, int
 	}
 	if w == nil || !b.quantized(w) {
 		if par {
-			b.matmul(out, x, m, k, n, src)
-		} else {
-			matmulSerial(out, x, m, k, n, src)
+			return nil, b.matmul(out, x, m, k, n, src)
 		}
+		matmulSerial(out, x, m, k, n, src)
 		return nil, nil
 	}
 	if xq == nil {

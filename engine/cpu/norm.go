@@ -27,7 +27,7 @@ func (b *Backend) RMSNorm(x, weight *backend.Tensor, eps float32) (*backend.Tens
 	src(w, 0)
 	out := make([]float32, len(xf))
 	groups := r * c / g
-	b.parallel(groups, 64, func(lo, hi int) {
+	if err := b.parallel(groups, 64, func(lo, hi int) {
 		for q := lo; q < hi; q++ {
 			in := xf[q*g : (q+1)*g]
 			o := out[q*g : (q+1)*g]
@@ -40,7 +40,9 @@ func (b *Backend) RMSNorm(x, weight *backend.Tensor, eps float32) (*backend.Tens
 				o[i] = w[i] * (v * scale)
 			}
 		}
-	})
+	}); err != nil {
+		return nil, err
+	}
 	return newAct(out, r, c), nil
 }
 
@@ -65,7 +67,7 @@ func (b *Backend) LayerNorm(x, weight, bias *backend.Tensor, eps float32) (*back
 		}
 	}
 	out := make([]float32, len(xf))
-	b.parallel(r, max(1, 4096/max(1, c)), func(lo, hi int) {
+	if err := b.parallel(r, max(1, 4096/max(1, c)), func(lo, hi int) {
 		for q := lo; q < hi; q++ {
 			in := xf[q*c : (q+1)*c]
 			o := out[q*c : (q+1)*c]
@@ -89,7 +91,9 @@ func (b *Backend) LayerNorm(x, weight, bias *backend.Tensor, eps float32) (*back
 				}
 			}
 		}
-	})
+	}); err != nil {
+		return nil, err
+	}
 	return newAct(out, r, c), nil
 }
 

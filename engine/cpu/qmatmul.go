@@ -22,13 +22,15 @@ func (b *Backend) quantizeActs(w *weight, x []float32, m, k int, parallel bool) 
 	}
 	var first error
 	var mu sync.Mutex
-	b.parallel(m, 8, func(lo, hi int) {
+	if err := b.parallel(m, 8, func(lo, hi int) {
 		if err := kernels.QuantizeActivations(w.t.Type, x[lo*k:hi*k], hi-lo, k, xq[lo*rb:hi*rb]); err != nil {
 			mu.Lock()
 			first = err
 			mu.Unlock()
 		}
-	})
+	}); err != nil {
+		return nil, err
+	}
 	return xq, first
 }
 
@@ -70,15 +72,23 @@ const chunksPerWorker = 4
 // a chunk of its own.
 const minChunkWork = 1 << 18
 
+// maxChunkWork bounds a chunk's work where the row tile allows: a
+// cancelled decision (Interrupt) is seen between chunks, so a chunk is
+// what may still run after it (2^27 multiply-adds, tens of milliseconds
+// on one core). A GEMM over a whole long prompt (the keys and values of
+// 64K rows) would otherwise run a second or more per chunk.
+const maxChunkWork = 1 << 27
+
 // rowChunk returns the weight rows per chunk for n rows against work
 // activation values per row (m·k): n / (workers × chunksPerWorker),
-// rounded up to the kernels' row tile and to at least minChunkWork; all n
-// with one worker.
+// rounded up to the kernels' row tile and to at least minChunkWork (all n
+// with one worker), and at most maxChunkWork where a row tile is less.
 func (b *Backend) rowChunk(n, work int) int {
-	if b.threads <= 1 {
-		return max(n, 1)
+	c := max(n, 1)
+	if b.threads > 1 {
+		c = max(n/(b.threads*chunksPerWorker), (minChunkWork+work-1)/max(1, work), 1)
 	}
-	c := max(n/(b.threads*chunksPerWorker), (minChunkWork+work-1)/max(1, work), 1)
+	c = min(c, max(maxChunkWork/max(1, work), kernelRowTile))
 	return (c + kernelRowTile - 1) / kernelRowTile * kernelRowTile
 }
 
@@ -89,7 +99,7 @@ func (b *Backend) parallelRows(n, work int, fn func(lo, hi int) error) error {
 	chunks := (n + c - 1) / c
 	var first error
 	var mu sync.Mutex
-	b.parallelDynamic(chunks, func(_, i int) {
+	if err := b.parallelDynamic(chunks, func(_, i int) {
 		if err := fn(i*c, min(n, (i+1)*c)); err != nil {
 			mu.Lock()
 			if first == nil {
@@ -97,6 +107,8 @@ func (b *Backend) parallelRows(n, work int, fn func(lo, hi int) error) error {
 			}
 			mu.Unlock()
 		}
-	})
+	}); err != nil {
+		return err
+	}
 	return first
 }

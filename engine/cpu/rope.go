@@ -31,7 +31,7 @@ func (b *Backend) RoPE(x *backend.Tensor, pos [][3]int, r backend.RoPE) (*backen
 	stream, inv := r.Streams, r.InvFreq
 	heads := c / d
 	out := make([]float32, len(xf))
-	b.parallel(rows, 16, func(lo, hi int) {
+	if err := b.parallel(rows, 16, func(lo, hi int) {
 		cos := make([]float32, half)
 		sin := make([]float32, half)
 		for p := lo; p < hi; p++ {
@@ -50,6 +50,8 @@ func (b *Backend) RoPE(x *backend.Tensor, pos [][3]int, r backend.RoPE) (*backen
 				}
 			}
 		}
-	})
+	}); err != nil {
+		return nil, err
+	}
 	return newAct(out, rows, c), nil
 }

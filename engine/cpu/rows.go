@@ -31,7 +31,7 @@ func (b *Backend) Transpose(x *backend.Tensor) (*backend.Tensor, error) {
 	}
 	out := make([]float32, len(xf))
 	tiles := (c + transposeBlock - 1) / transposeBlock
-	b.parallel(tiles, max(1, 1<<14/max(1, r*transposeBlock)), func(lo, hi int) {
+	if err := b.parallel(tiles, max(1, 1<<14/max(1, r*transposeBlock)), func(lo, hi int) {
 		for c0 := lo * transposeBlock; c0 < min(hi*transposeBlock, c); c0 += transposeBlock {
 			c1 := min(c0+transposeBlock, c)
 			for r0 := 0; r0 < r; r0 += transposeBlock {
@@ -44,7 +44,9 @@ func (b *Backend) Transpose(x *backend.Tensor) (*backend.Tensor, error) {
 				}
 			}
 		}
-	})
+	}); err != nil {
+		return nil, err
+	}
 	return newAct(out, c, r), nil
 }
 
@@ -61,7 +63,7 @@ func (b *Backend) Softmax(x *backend.Tensor, scale float32, ranges [][2]int) (*b
 		return nil, fmt.Errorf("cpu: Softmax: %w", err)
 	}
 	out := make([]float32, len(xf))
-	b.parallel(r, max(1, 1<<12/max(1, c)), func(lo, hi int) {
+	if err := b.parallel(r, max(1, 1<<12/max(1, c)), func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			c0, c1 := 0, c
 			if ranges != nil {
@@ -82,7 +84,9 @@ func (b *Backend) Softmax(x *backend.Tensor, scale float32, ranges [][2]int) (*b
 				o[j] /= sum
 			}
 		}
-	})
+	}); err != nil {
+		return nil, err
+	}
 	return newAct(out, r, c), nil
 }
 
@@ -101,7 +105,7 @@ func (b *Backend) SpanMeans(x *backend.Tensor, spans [][2]int) (*backend.Tensor,
 	for _, s := range spans {
 		work += s[1] - s[0]
 	}
-	b.parallel(len(spans), max(1, len(spans)*(1<<14)/max(1, work*c)), func(lo, hi int) {
+	if err := b.parallel(len(spans), max(1, len(spans)*(1<<14)/max(1, work*c)), func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			o := out[i*c : (i+1)*c]
 			for row := spans[i][0]; row < spans[i][1]; row++ {
@@ -114,7 +118,9 @@ func (b *Backend) SpanMeans(x *backend.Tensor, spans [][2]int) (*backend.Tensor,
 				o[j] /= n
 			}
 		}
-	})
+	}); err != nil {
+		return nil, err
+	}
 	return newAct(out, len(spans), c), nil
 }
 
@@ -126,7 +132,7 @@ func (b *Backend) RowDots(x, y *backend.Tensor) (*backend.Tensor, error) {
 		return nil, err
 	}
 	out := make([]float32, r)
-	b.parallel(r, max(1, 1<<14/max(1, c)), func(lo, hi int) {
+	if err := b.parallel(r, max(1, 1<<14/max(1, c)), func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			var s float64
 			ys := yf[i*c : (i+1)*c]
@@ -135,7 +141,9 @@ func (b *Backend) RowDots(x, y *backend.Tensor) (*backend.Tensor, error) {
 			}
 			out[i] = float32(s)
 		}
-	})
+	}); err != nil {
+		return nil, err
+	}
 	return newAct(out, r, 1), nil
 }
 
@@ -146,7 +154,7 @@ func (b *Backend) PairFeatures(x, y *backend.Tensor) (*backend.Tensor, error) {
 		return nil, err
 	}
 	out := make([]float32, 4*len(xf))
-	b.parallel(r, max(1, 1<<14/max(1, c)), func(lo, hi int) {
+	if err := b.parallel(r, max(1, 1<<14/max(1, c)), func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			o := out[4*i*c : 4*(i+1)*c]
 			xs, ys := xf[i*c:(i+1)*c], yf[i*c:(i+1)*c]
@@ -157,7 +165,9 @@ func (b *Backend) PairFeatures(x, y *backend.Tensor) (*backend.Tensor, error) {
 				o[3*c+j] = float32(math.Abs(float64(v - ys[j])))
 			}
 		}
-	})
+	}); err != nil {
+		return nil, err
+	}
 	return newAct(out, r, 4*c), nil
 }
 
@@ -195,7 +205,7 @@ func (b *Backend) GroupMatMul(x, w *backend.Tensor, groups int) (*backend.Tensor
 	n := wr / groups
 	out := make([]float32, m*groups*n)
 	tiles := (n + tileRows - 1) / tileRows
-	b.parallel(groups*tiles, max(1, 1<<16/max(1, m*k*tileRows)), func(lo, hi int) {
+	if err := b.parallel(groups*tiles, max(1, 1<<16/max(1, m*k*tileRows)), func(lo, hi int) {
 		xg := make([]float32, m*k)
 		og := make([]float32, m*n)
 		for g := lo / tiles; g <= (hi-1)/tiles; g++ {
@@ -210,6 +220,8 @@ func (b *Backend) GroupMatMul(x, w *backend.Tensor, groups int) (*backend.Tensor
 				copy(out[i*groups*n+g*n+t0*tileRows:], og[i*n+t0*tileRows:i*n+min(n, t1*tileRows)])
 			}
 		}
-	})
+	}); err != nil {
+		return nil, err
+	}
 	return newAct(out, m, groups*n), nil
 }

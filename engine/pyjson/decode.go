@@ -42,7 +42,7 @@ func (e *SyntaxError) Error() string {
 // bytes that are not UTF-8 and lone UTF-16 surrogate escapes are errors.
 func Decode(data []byte) (*Value, error) {
 	d := decoder{data: data}
-	if strings.HasPrefix(string(data), "\ufeff") {
+	if len(data) >= 3 && string(data[:3]) == "\ufeff" { // no copy of data
 		d.pos = 3
 	}
 	d.skipSpace()

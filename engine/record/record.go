@@ -52,8 +52,9 @@ const (
 // Encode encodes a text-only request. maxLength <= 0 means DefaultMaxLength.
 // It fails where encode_record fails, with its message (api.Error.Python):
 // a record with images or videos (they need a processor; see EncodeMedia),
-// a missing state, questions or type, an unknown type, criteria of the wrong
-// shape, no questions, and a fixed part longer than maxLength (413).
+// a missing state, questions or type, an unknown type, a choice without
+// criteria, criteria of the wrong shape, no questions, and a fixed part
+// longer than maxLength (413).
 func Encode(tok Tokenizer, req *api.Request, maxLength int) (*Encoded, error) {
 	for _, m := range []struct {
 		field string
@@ -243,6 +244,12 @@ func options(q *api.Question, t api.QuestionType) ([]option, error) {
 		}
 		return opts, nil
 	case api.Choice:
+		if c == nil {
+			// sorted(question["criteria"].items()): the reference reads the
+			// key without a default for a choice.
+			return nil, refErr(http.StatusUnprocessableEntity, api.CodeValidation, field, "KeyError",
+				fmt.Sprintf("question %q: a choice's criteria is required (KeyError 'criteria')", q.ID), "'criteria'")
+		}
 		if !c.Truthy() {
 			return nil, nil
 		}

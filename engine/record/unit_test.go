@@ -170,6 +170,7 @@ func TestEncodeErrors(t *testing.T) {
 		{`{"state":"s","questions":{"q":{"type":"choice","criteria":["a","b"]}}}`, "AttributeError", "'list' object has no attribute 'items'", "criteria"},
 		{`{"state":"s","questions":{"q":{"type":"noul","criteria":"yes"}}}`, "AttributeError", "'str' object has no attribute 'items'", "criteria"},
 		{`{"state":"s","questions":{"q":{"type":"score","criteria":3}}}`, "TypeError", "'int' object is not iterable", "criteria"},
+		{`{"state":"s","questions":{"q":{"type":"choice","instructions":"?"}}}`, "KeyError", "'criteria'", `question "q": a choice's criteria is required (KeyError 'criteria')`},
 		{`{"state":"s","images":["x"],"questions":{"q":{"type":"noul"}}}`, "ValueError", "records with images or videos require a processor", ""},
 		{`{"state":"s","videos":[{}],"questions":{"q":{"type":"noul"}}}`, "ValueError", "records with images or videos require a processor", ""},
 	} {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+
+	"github.com/clefrt/clef/internal/untrusted"
 )
 
 // Config is the one typed configuration of a model: the thinker (text
@@ -196,7 +198,7 @@ func ParseThinker(data []byte) (Thinker, error) {
 		Text    json.RawMessage `json:"text_config"`
 	}
 	if err := json.Unmarshal(data, &top); err != nil {
-		return Thinker{}, fmt.Errorf("%s: %w", ConfigFile, err)
+		return Thinker{}, fmt.Errorf("%s: %w", ConfigFile, untrusted.Wrap(err))
 	}
 	thinker := json.RawMessage(data)
 	if len(top.Thinker) > 0 && string(top.Thinker) != "null" {
@@ -210,7 +212,7 @@ func ParseThinker(data []byte) (Thinker, error) {
 		PositionIDPerSeconds *float64 `json:"position_id_per_seconds"`
 	}
 	if err := json.Unmarshal(thinker, &tc); err != nil {
-		return Thinker{}, fmt.Errorf("%s: thinker_config: %w", ConfigFile, err)
+		return Thinker{}, fmt.Errorf("%s: thinker_config: %w", ConfigFile, untrusted.Wrap(err))
 	}
 	text := json.RawMessage(data)
 	if len(tc.Text) > 0 && string(tc.Text) != "null" {
@@ -233,7 +235,7 @@ func ParseThinker(data []byte) (Thinker, error) {
 func parseText(raw []byte) (Text, error) {
 	var tc textJSON
 	if err := json.Unmarshal(raw, &tc); err != nil {
-		return Text{}, fmt.Errorf("text config: %w", err)
+		return Text{}, fmt.Errorf("text config: %w", untrusted.Wrap(err))
 	}
 	c := Text{
 		Hidden: tc.HiddenSize, Layers: tc.NumHiddenLayers, Heads: tc.NumAttentionHeads,
@@ -261,7 +263,7 @@ func parseText(raw []byte) (Text, error) {
 		}
 		if len(rs.MRoPESection) > 0 {
 			if len(rs.MRoPESection) != 3 {
-				return Text{}, fmt.Errorf("text config: mrope_section %v must have 3 entries", rs.MRoPESection)
+				return Text{}, fmt.Errorf("text config: mrope_section %s must have 3 entries", untrusted.Value(rs.MRoPESection))
 			}
 			copy(c.MRoPESections[:], rs.MRoPESection)
 			// The Qwen3-Omni/VL code always uses the interleaved map.
@@ -274,7 +276,7 @@ func parseText(raw []byte) (Text, error) {
 		}
 	}
 	if len(tc.MLPOnlyLayers) > 0 {
-		return Text{}, fmt.Errorf("text config: dense layers (mlp_only_layers %v) are not supported", tc.MLPOnlyLayers)
+		return Text{}, fmt.Errorf("text config: dense layers (mlp_only_layers %s) are not supported", untrusted.Value(tc.MLPOnlyLayers))
 	}
 	if tc.DecoderSparseStep != nil && *tc.DecoderSparseStep != 1 {
 		return Text{}, fmt.Errorf("text config: decoder_sparse_step %d is not supported (every layer must be MoE)", *tc.DecoderSparseStep)
@@ -377,7 +379,7 @@ func ParseHead(data []byte) (Head, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&c); err != nil {
-		return Head{}, fmt.Errorf("%s: %w", HeadConfigFile, err)
+		return Head{}, fmt.Errorf("%s: %w", HeadConfigFile, untrusted.Wrap(err))
 	}
 	if err := c.Validate(); err != nil {
 		return Head{}, err
@@ -418,20 +420,20 @@ func ParseProcessor(data []byte) (*Processor, error) {
 	p := &Processor{Raw: append(json.RawMessage(nil), data...)}
 	var probe map[string]json.RawMessage
 	if err := json.Unmarshal(data, &probe); err != nil {
-		return nil, fmt.Errorf("processor config: %w", err)
+		return nil, fmt.Errorf("processor config: %w", untrusted.Wrap(err))
 	}
 	_, nestedImg := probe["image_processor"]
 	_, nestedAud := probe["feature_extractor"]
 	if nestedImg || nestedAud {
 		if err := json.Unmarshal(data, p); err != nil {
-			return nil, fmt.Errorf("processor config: %w", err)
+			return nil, fmt.Errorf("processor config: %w", untrusted.Wrap(err))
 		}
 	} else {
 		if err := json.Unmarshal(data, &p.Image); err != nil {
-			return nil, fmt.Errorf("processor config: %w", err)
+			return nil, fmt.Errorf("processor config: %w", untrusted.Wrap(err))
 		}
 		if err := json.Unmarshal(data, &p.Audio); err != nil {
-			return nil, fmt.Errorf("processor config: %w", err)
+			return nil, fmt.Errorf("processor config: %w", untrusted.Wrap(err))
 		}
 	}
 	return p, nil

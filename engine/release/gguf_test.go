@@ -259,7 +259,7 @@ func TestTextFromGGUFErrors(t *testing.T) {
 		"no layers":        {without("qwen3moe.block_count"), "qwen3moe.block_count"},
 		"no experts":       {without("qwen3moe.expert_count"), "qwen3moe.expert_count"},
 		"negative heads":   {with("qwen3moe.attention.head_count", int32(-4)), "head_count"},
-		"absurd hidden":    {with("qwen3moe.embedding_length", uint64(1)<<40), "hidden_size"},
+		"absurd hidden":    {with("qwen3moe.embedding_length", uint64(1)<<40), "qwen3moe.embedding_length = 1099511627776 is out of range"},
 		"gqa":              {with("qwen3moe.attention.head_count_kv", uint32(3)), "kv heads"},
 		"norm flag":        {with("qwen3moe.expert_weights_norm", "yes"), "expert_weights_norm"},
 		"sections":         {with("qwen3moe.rope.dimension_sections", "4,2,2"), "dimension_sections"},
@@ -334,7 +334,7 @@ func TestOpenGGUFCompanion(t *testing.T) {
 	// A companion whose configuration describes another decoder.
 	other := bytes.Replace(r.Files[release.ConfigFile], []byte(`"num_experts": 8`), []byte(`"num_experts": 4`), 1)
 	writeCompanion(t, release.CompanionPath(p), r, map[string][]byte{release.ConfigFile: other})
-	if _, err := release.Open(p); err == nil || !strings.Contains(err.Error(), "num_experts 4 vs 8") {
+	if _, err := release.Open(p); err == nil || !strings.Contains(err.Error(), "qwen3moe.expert_count is 8 but config.json's num_experts is 4") {
 		t.Errorf("mismatched companion: %v", err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/clefrt/clef/engine/tokenizer"
 	"github.com/clefrt/clef/engine/weights"
+	"github.com/clefrt/clef/internal/untrusted"
 )
 
 // Format says which layout a model came in.
@@ -22,6 +23,12 @@ const (
 	FormatGGUF        Format = "gguf"        // a GGUF backbone (with its companion when clef quantize wrote it)
 	FormatSafetensors Format = "safetensors" // one .safetensors file with config.json beside it
 )
+
+// ErrNoConfig marks an error of Open or ReadConfig for a path that holds no
+// model configuration at all (no config.json; a GGUF of another
+// architecture): clef inspect then describes the file from its tensors.
+// Every other error is about a model that is there and inconsistent.
+var ErrNoConfig = errors.New("no model configuration")
 
 // Release is a model opened from its files: the configuration and the
 // mapped weights, tensors under their stored names (Lookup resolves a
@@ -152,7 +159,7 @@ func readFiles(dir string) (map[string][]byte, error) {
 func (r *Release) parseFiles(where string) error {
 	cj, ok := r.Files[ConfigFile]
 	if !ok {
-		return fmt.Errorf("release: %s is not a model: %s is missing", where, ConfigFile)
+		return fmt.Errorf("release: %s is not a model: %s is missing (%w)", where, ConfigFile, ErrNoConfig)
 	}
 	var err error
 	if r.Config.Thinker, err = ParseThinker(cj); err != nil {
@@ -191,7 +198,7 @@ func openDir(dir string) (*Release, error) {
 		Quantization json.RawMessage `json:"quantization"`
 	}
 	if err := json.Unmarshal(files[ConfigFile], &top); err != nil {
-		return nil, fmt.Errorf("release: %s: %w", filepath.Join(dir, ConfigFile), err)
+		return nil, fmt.Errorf("release: %s: %w", filepath.Join(dir, ConfigFile), untrusted.Wrap(err))
 	}
 	o := weights.Options{Keep: KeepThinker}
 	if hp := filepath.Join(dir, HeadWeightsFile); fileExists(hp) {
@@ -254,26 +261,27 @@ func (r *Release) parseGGUF() error {
 			}
 		}
 	}
+	// The backbone's metadata describes its decoder, and its tensors must
+	// have the shapes the metadata gives.
+	text, err := TextFromGGUF(r.Backbone)
+	if err != nil {
+		return fmt.Errorf("release: %w", err)
+	}
+	if err := checkTensors(r.Backbone, text); err != nil {
+		return fmt.Errorf("release: %s: %w", r.Backbone.Path, err)
+	}
 	if _, ok := r.Files[ConfigFile]; ok {
 		if err := r.parseFiles(r.Companion.Path); err != nil {
 			return err
 		}
 		// The backbone's decoder must be the one the configuration describes.
-		text, err := TextFromGGUF(r.Backbone)
-		if err != nil {
-			return fmt.Errorf("release: %w", err)
-		}
-		if err := sameDecoder(r.Config.Thinker.Text, text); err != nil {
-			return fmt.Errorf("release: %s does not match its companion's %s: %w", r.Backbone.Path, ConfigFile, err)
+		if err := sameDecoder(r.Config.Thinker.Text, text, r.Backbone); err != nil {
+			return fmt.Errorf("release: %s does not match its companion %s: %w", r.Backbone.Path, r.Companion.Path, err)
 		}
 		return nil
 	}
 	// A llama.cpp GGUF, or a companion without the release's files (written
 	// from one): the decoder's configuration is in the backbone's metadata.
-	text, err := TextFromGGUF(r.Backbone)
-	if err != nil {
-		return fmt.Errorf("release: %w", err)
-	}
 	r.Config.Thinker = Thinker{Text: text, PositionIDPerSeconds: 13}
 	if hj, ok := r.Files[HeadConfigFile]; ok {
 		h, err := ParseHead(hj)
@@ -281,21 +289,6 @@ func (r *Release) parseGGUF() error {
 			return fmt.Errorf("release: %s: %w", r.Companion.Path, err)
 		}
 		r.Config.Head = &h
-	}
-	return nil
-}
-
-// sameDecoder compares the sizes that decide every tensor's shape.
-func sameDecoder(a, b Text) error {
-	for _, f := range []struct {
-		name string
-		a, b int
-	}{{"hidden_size", a.Hidden, b.Hidden}, {"num_hidden_layers", a.Layers, b.Layers}, {"num_attention_heads", a.Heads, b.Heads},
-		{"num_key_value_heads", a.KVHeads, b.KVHeads}, {"head_dim", a.HeadDim, b.HeadDim}, {"num_experts", a.Experts, b.Experts},
-		{"num_experts_per_tok", a.TopK, b.TopK}, {"moe_intermediate_size", a.ExpertFFN, b.ExpertFFN}} {
-		if f.a != f.b {
-			return fmt.Errorf("%s %d vs %d in the GGUF metadata", f.name, f.a, f.b)
-		}
 	}
 	return nil
 }

@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/clefrt/clef/internal/untrusted"
 )
 
 // The GGUF side of the tokenizer: FromGGUF rebuilds a Tokenizer from the
@@ -81,14 +83,14 @@ func FromGGUF(md Metadata) (*Tokenizer, error) {
 		return nil, err
 	}
 	if model != "gpt2" {
-		return nil, fmt.Errorf("tokenizer: GGUF metadata %s is %q, want \"gpt2\" (byte-level BPE)", ggufModelKey, model)
+		return nil, fmt.Errorf("tokenizer: GGUF metadata %s is %s, want \"gpt2\" (byte-level BPE)", ggufModelKey, untrusted.Quote(model))
 	}
 	pre, err := metadataValue[string](md, ggufPreKey, `"qwen2"`)
 	if err != nil {
 		return nil, err
 	}
 	if pre != "qwen2" {
-		return nil, fmt.Errorf("tokenizer: GGUF metadata %s is %q, want \"qwen2\"", ggufPreKey, pre)
+		return nil, fmt.Errorf("tokenizer: GGUF metadata %s is %s, want \"qwen2\"", ggufPreKey, untrusted.Quote(pre))
 	}
 	tokens, err := metadataValue[[]string](md, ggufTokensKey, "an array of strings")
 	if err != nil {
@@ -119,7 +121,7 @@ func FromGGUF(md Metadata) (*Tokenizer, error) {
 	for i, mg := range merges {
 		a, b, ok := strings.Cut(mg, " ")
 		if !ok || strings.Contains(b, " ") {
-			return nil, fmt.Errorf("tokenizer: GGUF metadata %s[%d] = %q is not two tokens", ggufMergesKey, i, mg)
+			return nil, fmt.Errorf("tokenizer: GGUF metadata %s[%d] = %s is not two tokens", ggufMergesKey, i, untrusted.Quote(mg))
 		}
 		pairs[i] = [2]string{a, b}
 	}
@@ -170,17 +172,17 @@ func GGUFMetadata(dir string, rows int) ([]KV, error) {
 		} `json:"added_tokens"`
 	}
 	if err := json.Unmarshal(b, &tj); err != nil {
-		return nil, fmt.Errorf("%s: invalid JSON: %v", p, err)
+		return nil, fmt.Errorf("%s: invalid JSON: %s", p, untrusted.Error(err))
 	}
 	if tj.Model.Type != "BPE" {
-		return nil, fmt.Errorf("%s: model type %q, want BPE", p, tj.Model.Type)
+		return nil, fmt.Errorf("%s: model type %s, want BPE", p, untrusted.Quote(tj.Model.Type))
 	}
 	tokens := make([]string, rows)
 	types := make([]int32, rows)
 	set := make([]bool, rows)
 	put := func(id int, s string, typ int32) error {
 		if id < 0 || id >= rows {
-			return fmt.Errorf("%s: token %q has id %d outside the %d embedding rows", p, s, id, rows)
+			return fmt.Errorf("%s: token %s has id %d outside the %d embedding rows", p, untrusted.Quote(s), id, rows)
 		}
 		tokens[id], types[id], set[id] = s, typ, true
 		return nil

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/clefrt/clef/internal/untrusted"
 )
 
 // The parts of tokenizer.json this package reads. Anything that would change
@@ -48,7 +50,7 @@ func (m *mergeJSON) UnmarshalJSON(data []byte) error {
 			return err
 		}
 		if len(pair) != 2 {
-			return fmt.Errorf("merge %s has %d parts, want 2", data, len(pair))
+			return fmt.Errorf("merge %s has %d parts, want 2", untrusted.QuoteBytes(data), len(pair))
 		}
 		m.a, m.b = pair[0], pair[1]
 		return nil
@@ -59,7 +61,7 @@ func (m *mergeJSON) UnmarshalJSON(data []byte) error {
 	}
 	parts := strings.Split(s, " ")
 	if len(parts) != 2 {
-		return fmt.Errorf("merge %q is not two tokens separated by one space", s)
+		return fmt.Errorf("merge %s is not two tokens separated by one space", untrusted.Quote(s))
 	}
 	m.a, m.b = parts[0], parts[1]
 	return nil
@@ -112,7 +114,7 @@ const (
 func FromJSON(data []byte) (*Tokenizer, error) {
 	var f fileJSON
 	if err := json.Unmarshal(data, &f); err != nil {
-		return nil, fmt.Errorf("tokenizer.json: %w", err)
+		return nil, fmt.Errorf("tokenizer.json: %w", untrusted.Wrap(err))
 	}
 	t := &Tokenizer{}
 	var err error
@@ -149,7 +151,7 @@ func checkNormalizer(raw json.RawMessage) (bool, error) {
 		Normalizers []json.RawMessage `json:"normalizers"`
 	}
 	if err := json.Unmarshal(raw, &n); err != nil {
-		return false, fmt.Errorf("tokenizer.json: normalizer: %w", err)
+		return false, fmt.Errorf("tokenizer.json: normalizer: %w", untrusted.Wrap(err))
 	}
 	switch n.Type {
 	case "NFC":
@@ -165,7 +167,7 @@ func checkNormalizer(raw json.RawMessage) (bool, error) {
 		}
 		return nfc, nil
 	}
-	return false, fmt.Errorf("tokenizer.json: normalizer %q is not supported (only NFC)", n.Type)
+	return false, fmt.Errorf("tokenizer.json: normalizer %s is not supported (only NFC)", untrusted.Quote(n.Type))
 }
 
 // The Split regexes this package implements by hand, each with its variant.
@@ -187,10 +189,10 @@ func checkPreTokenizer(raw json.RawMessage) (int, error) {
 		PreTokenizers []json.RawMessage `json:"pretokenizers"`
 	}
 	if err := json.Unmarshal(raw, &seq); err != nil {
-		return 0, fmt.Errorf("tokenizer.json: pre_tokenizer: %w", err)
+		return 0, fmt.Errorf("tokenizer.json: pre_tokenizer: %w", untrusted.Wrap(err))
 	}
 	if seq.Type != "Sequence" || len(seq.PreTokenizers) != 2 {
-		return 0, fmt.Errorf("tokenizer.json: pre_tokenizer %q is not supported (want Sequence of Split and ByteLevel)", seq.Type)
+		return 0, fmt.Errorf("tokenizer.json: pre_tokenizer %s is not supported (want Sequence of Split and ByteLevel)", untrusted.Quote(seq.Type))
 	}
 	var split struct {
 		Type    string `json:"type"`
@@ -202,14 +204,14 @@ func checkPreTokenizer(raw json.RawMessage) (int, error) {
 		Invert   bool   `json:"invert"`
 	}
 	if err := json.Unmarshal(seq.PreTokenizers[0], &split); err != nil {
-		return 0, fmt.Errorf("tokenizer.json: pre_tokenizer Split: %w", err)
+		return 0, fmt.Errorf("tokenizer.json: pre_tokenizer Split: %w", untrusted.Wrap(err))
 	}
 	if split.Type != "Split" || split.Behavior != "Isolated" || split.Invert || split.Pattern.Regex == nil {
-		return 0, fmt.Errorf("tokenizer.json: pre_tokenizer %q (behavior %q) is not supported (want an Isolated regex Split)", split.Type, split.Behavior)
+		return 0, fmt.Errorf("tokenizer.json: pre_tokenizer %s (behavior %s) is not supported (want an Isolated regex Split)", untrusted.Quote(split.Type), untrusted.Quote(split.Behavior))
 	}
 	variant, ok := knownSplits[*split.Pattern.Regex]
 	if !ok {
-		return 0, fmt.Errorf("tokenizer.json: pre_tokenizer regex %q is not the Qwen2/Qwen3/Qwen3.5 pattern", *split.Pattern.Regex)
+		return 0, fmt.Errorf("tokenizer.json: pre_tokenizer regex %s is not the Qwen2/Qwen3/Qwen3.5 pattern", untrusted.Quote(*split.Pattern.Regex))
 	}
 	var bl struct {
 		Type     string `json:"type"`
@@ -217,10 +219,10 @@ func checkPreTokenizer(raw json.RawMessage) (int, error) {
 		Prefix   bool   `json:"add_prefix_space"`
 	}
 	if err := json.Unmarshal(seq.PreTokenizers[1], &bl); err != nil {
-		return 0, fmt.Errorf("tokenizer.json: pre_tokenizer ByteLevel: %w", err)
+		return 0, fmt.Errorf("tokenizer.json: pre_tokenizer ByteLevel: %w", untrusted.Wrap(err))
 	}
 	if bl.Type != "ByteLevel" || bl.UseRegex == nil || *bl.UseRegex || bl.Prefix {
-		return 0, fmt.Errorf("tokenizer.json: second pre_tokenizer %q is not supported (want ByteLevel with use_regex and add_prefix_space false)", bl.Type)
+		return 0, fmt.Errorf("tokenizer.json: second pre_tokenizer %s is not supported (want ByteLevel with use_regex and add_prefix_space false)", untrusted.Quote(bl.Type))
 	}
 	return variant / 2, nil
 }
@@ -231,10 +233,10 @@ func checkDecoder(raw json.RawMessage) error {
 		return errors.New("tokenizer.json: decoder is missing (want ByteLevel)")
 	}
 	if err := json.Unmarshal(raw, &d); err != nil {
-		return fmt.Errorf("tokenizer.json: decoder: %w", err)
+		return fmt.Errorf("tokenizer.json: decoder: %w", untrusted.Wrap(err))
 	}
 	if d.Type != "ByteLevel" {
-		return fmt.Errorf("tokenizer.json: decoder %q is not supported (want ByteLevel)", d.Type)
+		return fmt.Errorf("tokenizer.json: decoder %s is not supported (want ByteLevel)", untrusted.Quote(d.Type))
 	}
 	return nil
 }
@@ -247,13 +249,13 @@ func checkPostProcessor(raw json.RawMessage) error {
 	}
 	var p typed
 	if err := json.Unmarshal(raw, &p); err != nil {
-		return fmt.Errorf("tokenizer.json: post_processor: %w", err)
+		return fmt.Errorf("tokenizer.json: post_processor: %w", untrusted.Wrap(err))
 	}
 	switch p.Type {
 	case "ByteLevel", "TemplateProcessing", "RobertaProcessing", "BertProcessing", "Sequence":
 		return nil
 	}
-	return fmt.Errorf("tokenizer.json: post_processor %q is not supported", p.Type)
+	return fmt.Errorf("tokenizer.json: post_processor %s is not supported", untrusted.Quote(p.Type))
 }
 
 func isNull(raw json.RawMessage) bool {
@@ -267,7 +269,7 @@ func (t *Tokenizer) buildModel(m *modelJSON) error {
 		return errors.New("tokenizer.json: model is missing")
 	}
 	if m.Type != "BPE" && m.Type != "" {
-		return fmt.Errorf("tokenizer.json: model type %q is not supported (want BPE)", m.Type)
+		return fmt.Errorf("tokenizer.json: model type %s is not supported (want BPE)", untrusted.Quote(m.Type))
 	}
 	switch {
 	case m.Dropout != nil && *m.Dropout != 0:
@@ -284,7 +286,7 @@ func (t *Tokenizer) buildModel(m *modelJSON) error {
 	size := 0
 	for tok, id := range m.Vocab {
 		if id < 0 || id >= maxVocab {
-			return fmt.Errorf("tokenizer.json: vocab token %q has id %d, outside [0, %d)", tok, id, maxVocab)
+			return fmt.Errorf("tokenizer.json: vocab token %s has id %d, outside [0, %d)", untrusted.Quote(tok), id, maxVocab)
 		}
 		size = max(size, id+1)
 	}
@@ -309,7 +311,7 @@ func (t *Tokenizer) buildModel(m *modelJSON) error {
 	slab := make([]byte, 0, total) // one allocation for the bytes of every token
 	for tok, id := range m.Vocab {
 		if t.idBytes[id] != nil {
-			return fmt.Errorf("tokenizer.json: vocab tokens %q and %q share id %d", t.idText[id], tok, id)
+			return fmt.Errorf("tokenizer.json: vocab tokens %s and %s share id %d", untrusted.Quote(t.idText[id]), untrusted.Quote(tok), id)
 		}
 		t.idText[id] = tok
 		start := len(slab)
@@ -331,7 +333,7 @@ func (t *Tokenizer) buildModel(m *modelJSON) error {
 		buf = append(append(buf[:0], mg.a...), mg.b...)
 		merged, ok3 := m.Vocab[string(buf)]
 		if !ok1 || !ok2 || !ok3 {
-			return fmt.Errorf("tokenizer.json: merge %d (%q %q) names a token missing from the vocab", i, mg.a, mg.b)
+			return fmt.Errorf("tokenizer.json: merge %d (%s %s) names a token missing from the vocab", i, untrusted.Quote(mg.a), untrusted.Quote(mg.b))
 		}
 		b.merges[pairKey(int32(a), int32(c))] = uint64(i)<<32 | uint64(uint32(merged))
 	}
@@ -359,16 +361,16 @@ func (t *Tokenizer) AddSpecialTokens(tokens []AddedToken) error {
 		switch {
 		case inVocab:
 			if tok.ID >= 0 && tok.ID != id {
-				return fmt.Errorf("tokenizer: added token %q wants id %d but the vocab has it at %d", tok.Content, tok.ID, id)
+				return fmt.Errorf("tokenizer: added token %s wants id %d but the vocab has it at %d", untrusted.Quote(tok.Content), tok.ID, id)
 			}
 		case tok.ID < 0:
 			id = t.vocabSize
 		case tok.ID >= maxVocab || tok.ID > t.vocabSize+maxHoles:
-			return fmt.Errorf("tokenizer: added token %q has id %d, far past the vocabulary (size %d)", tok.Content, tok.ID, t.vocabSize)
+			return fmt.Errorf("tokenizer: added token %s has id %d, far past the vocabulary (size %d)", untrusted.Quote(tok.Content), tok.ID, t.vocabSize)
 		default:
 			id = tok.ID
 			if id < len(t.idBytes) && t.idBytes[id] != nil {
-				return fmt.Errorf("tokenizer: added token %q wants id %d, which is already %q", tok.Content, id, t.idText[id])
+				return fmt.Errorf("tokenizer: added token %s wants id %d, which is already %s", untrusted.Quote(tok.Content), id, untrusted.Quote(t.idText[id]))
 			}
 		}
 		tok.ID = id

@@ -8,6 +8,8 @@ import (
 	"os"
 	"sort"
 	"strconv"
+
+	"github.com/clefrt/clef/internal/untrusted"
 )
 
 // OmniAddedTokens are the 7 tokens Qwen3-Omni adds on top of the Qwen3
@@ -34,7 +36,7 @@ func ParseAddedTokens(data []byte) ([]AddedToken, error) {
 	var list []AddedToken
 	if len(data) > 0 && data[0] == '[' {
 		if err := json.Unmarshal(data, &list); err != nil {
-			return nil, fmt.Errorf("added tokens: %w", err)
+			return nil, fmt.Errorf("added tokens: %w", untrusted.Wrap(err))
 		}
 	} else {
 		var obj struct {
@@ -42,13 +44,13 @@ func ParseAddedTokens(data []byte) ([]AddedToken, error) {
 			AddedDecoder map[string]AddedToken `json:"added_tokens_decoder"`
 		}
 		if err := json.Unmarshal(data, &obj); err != nil {
-			return nil, fmt.Errorf("added tokens: %w", err)
+			return nil, fmt.Errorf("added tokens: %w", untrusted.Wrap(err))
 		}
 		list = obj.AddedTokens
 		for k, tok := range obj.AddedDecoder {
 			id, err := strconv.Atoi(k)
 			if err != nil || id < 0 {
-				return nil, fmt.Errorf("added tokens: added_tokens_decoder key %q is not an id", k)
+				return nil, fmt.Errorf("added tokens: added_tokens_decoder key %s is not an id", untrusted.Quote(k))
 			}
 			tok.ID = id
 			list = append(list, tok)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/clefrt/clef/internal/untrusted"
 	"github.com/clefrt/clef/quant"
 )
 
@@ -19,7 +20,7 @@ const maxFloat32Elems = 1 << 30
 func Float32(t *Tensor) ([]float32, error) {
 	n := t.Elements()
 	if n > maxFloat32Elems {
-		return nil, fmt.Errorf("tensor %q: %d elements is too many for Float32; read it with Rows", t.Name, n)
+		return nil, fmt.Errorf("tensor %s: %d elements is too many for Float32; read it with Rows", untrusted.Quote(t.Name), n)
 	}
 	cols, nrows := rowGeometry(t)
 	out := make([]float32, n)
@@ -42,7 +43,7 @@ func Rows(t *Tensor, rows []int) ([][]float32, error) {
 	out := make([][]float32, len(rows))
 	for i, r := range rows {
 		if r < 0 || r >= nrows {
-			return nil, fmt.Errorf("tensor %q: row %d out of range [0, %d)", t.Name, r, nrows)
+			return nil, fmt.Errorf("tensor %s: row %d out of range [0, %d)", untrusted.Quote(t.Name), r, nrows)
 		}
 		out[i] = make([]float32, cols)
 		if err := dequantRow(t, r, out[i]); err != nil {
@@ -57,10 +58,10 @@ func Rows(t *Tensor, rows []int) ([][]float32, error) {
 func ReadRow(t *Tensor, r int, dst []float32) error {
 	cols, nrows := rowGeometry(t)
 	if r < 0 || r >= nrows {
-		return fmt.Errorf("tensor %q: row %d out of range [0, %d)", t.Name, r, nrows)
+		return fmt.Errorf("tensor %s: row %d out of range [0, %d)", untrusted.Quote(t.Name), r, nrows)
 	}
 	if len(dst) != cols {
-		return fmt.Errorf("tensor %q: row of %d values read into %d", t.Name, cols, len(dst))
+		return fmt.Errorf("tensor %s: row of %d values read into %d", untrusted.Quote(t.Name), cols, len(dst))
 	}
 	return dequantRow(t, r, dst)
 }
@@ -91,11 +92,11 @@ func dequantRow(t *Tensor, r int, dst []float32) error {
 	}
 	be, bb, ok := typeSize(t.Type)
 	if !ok {
-		return fmt.Errorf("tensor %q: cannot dequantize type %s", t.Name, typeName(t.Type))
+		return fmt.Errorf("tensor %s: cannot dequantize type %s", untrusted.Quote(t.Name), typeName(t.Type))
 	}
 	rowBytes := cols / be * bb
 	if (r+1)*rowBytes > len(t.Data) {
-		return fmt.Errorf("tensor %q: data of %d bytes too short for row %d", t.Name, len(t.Data), r)
+		return fmt.Errorf("tensor %s: data of %d bytes too short for row %d", untrusted.Quote(t.Name), len(t.Data), r)
 	}
 	src := t.Data[r*rowBytes : (r+1)*rowBytes]
 	switch t.Type {
@@ -149,7 +150,7 @@ func dequantRow(t *Tensor, r int, dst []float32) error {
 		}
 	default:
 		if err := quant.Dequantize(t.Type, dst, src); err != nil {
-			return fmt.Errorf("tensor %q: %v", t.Name, err)
+			return fmt.Errorf("tensor %s: %v", untrusted.Quote(t.Name), err)
 		}
 	}
 	return nil
@@ -165,11 +166,11 @@ func mlxRow(t *Tensor, r int, dst []float32) error {
 	cols := len(dst)
 	g := t.GroupSize
 	if g <= 0 || cols%g != 0 || t.Scales == nil || t.Biases == nil {
-		return fmt.Errorf("tensor %q: malformed MLX quantized tensor (group size %d)", t.Name, g)
+		return fmt.Errorf("tensor %s: malformed MLX quantized tensor (group size %d)", untrusted.Quote(t.Name), g)
 	}
 	rowBytes := cols * bits / 8
 	if (r+1)*rowBytes > len(t.Data) {
-		return fmt.Errorf("tensor %q: data too short for row %d", t.Name, r)
+		return fmt.Errorf("tensor %s: data too short for row %d", untrusted.Quote(t.Name), r)
 	}
 	src := t.Data[r*rowBytes : (r+1)*rowBytes]
 	ng := cols / g

@@ -37,6 +37,7 @@ func FuzzSafetensorsHeader(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		ts, _, err := parseSafetensors("fuzz.safetensors", b)
 		if err != nil {
+			checkErr(t, "refusal", err, "fuzz.safetensors")
 			return
 		}
 		for _, ten := range ts {
@@ -78,6 +79,7 @@ func FuzzGGUF(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		g, err := parseGGUF("fuzz.gguf", b)
 		if err != nil {
+			checkErr(t, "refusal", err, "fuzz.gguf")
 			return
 		}
 		// An accepted file rewrites and re-reads to the same description.
@@ -108,6 +110,7 @@ func FuzzGGUF(f *testing.F) {
 		}
 		s := newSet("gguf", "fuzz.gguf")
 		if err := s.addGGUF(g); err != nil {
+			checkErr(t, "refusal", err, "fuzz.gguf")
 			return
 		}
 		for _, n := range s.Names() {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/clefrt/clef/internal/untrusted"
 	"github.com/clefrt/clef/quant"
 )
 
@@ -124,11 +125,11 @@ func (f *GGUFFile) Get(key string) (any, bool) {
 func (f *GGUFFile) String(key string) (string, error) {
 	v, ok := f.Get(key)
 	if !ok {
-		return "", fmt.Errorf("%s: no metadata key %q", f.Path, key)
+		return "", fmt.Errorf("%s: no metadata key %s", f.Path, untrusted.Quote(key))
 	}
 	s, ok := v.(string)
 	if !ok {
-		return "", fmt.Errorf("%s: metadata %q is %T, not a string", f.Path, key, v)
+		return "", fmt.Errorf("%s: metadata %s is %T, not a string", f.Path, untrusted.Quote(key), v)
 	}
 	return s, nil
 }
@@ -137,7 +138,7 @@ func (f *GGUFFile) String(key string) (string, error) {
 func (f *GGUFFile) Uint(key string) (uint64, error) {
 	v, ok := f.Get(key)
 	if !ok {
-		return 0, fmt.Errorf("%s: no metadata key %q", f.Path, key)
+		return 0, fmt.Errorf("%s: no metadata key %s", f.Path, untrusted.Quote(key))
 	}
 	switch x := v.(type) {
 	case uint8:
@@ -154,14 +155,14 @@ func (f *GGUFFile) Uint(key string) (uint64, error) {
 			return uint64(i), nil
 		}
 	}
-	return 0, fmt.Errorf("%s: metadata %q = %v is not a non-negative integer", f.Path, key, v)
+	return 0, fmt.Errorf("%s: metadata %s = %s is not a non-negative integer", f.Path, untrusted.Quote(key), untrusted.Value(v))
 }
 
 // Float returns a floating-point (or integer) metadata value.
 func (f *GGUFFile) Float(key string) (float64, error) {
 	v, ok := f.Get(key)
 	if !ok {
-		return 0, fmt.Errorf("%s: no metadata key %q", f.Path, key)
+		return 0, fmt.Errorf("%s: no metadata key %s", f.Path, untrusted.Quote(key))
 	}
 	switch x := v.(type) {
 	case float32:
@@ -172,7 +173,7 @@ func (f *GGUFFile) Float(key string) (float64, error) {
 	if u, err := f.Uint(key); err == nil {
 		return float64(u), nil
 	}
-	return 0, fmt.Errorf("%s: metadata %q = %v is not a number", f.Path, key, v)
+	return 0, fmt.Errorf("%s: metadata %s = %s is not a number", f.Path, untrusted.Quote(key), untrusted.Value(v))
 }
 
 // Architecture returns general.architecture.
@@ -413,17 +414,18 @@ func parseGGUF(path string, data []byte) (*GGUFFile, error) {
 			return nil, err
 		}
 		if _, dup := f.kv[key]; dup {
-			return nil, fmt.Errorf("%s: metadata key %q appears twice", path, key)
+			return nil, fmt.Errorf("%s: metadata key %s appears twice", path, untrusted.Quote(key))
 		}
-		vt, err := r.u32("metadata " + key)
+		what := "metadata " + untrusted.Quote(key)
+		vt, err := r.u32(what)
 		if err != nil {
 			return nil, err
 		}
 		var v any
 		if GGUFValueType(vt) == GGUFArray {
-			v, err = r.array("metadata " + key)
+			v, err = r.array(what)
 		} else {
-			v, err = r.scalar(GGUFValueType(vt), "metadata "+key)
+			v, err = r.scalar(GGUFValueType(vt), what)
 		}
 		if err != nil {
 			return nil, err
@@ -434,7 +436,7 @@ func parseGGUF(path string, data []byte) (*GGUFFile, error) {
 	if v, ok := f.Get("general.alignment"); ok {
 		a, ok := v.(uint32)
 		if !ok || a == 0 || a&(a-1) != 0 || a > 1<<20 {
-			return nil, fmt.Errorf("%s: general.alignment %v is not a power of two uint32", path, v)
+			return nil, fmt.Errorf("%s: general.alignment %s is not a power of two uint32", path, untrusted.Value(v))
 		}
 		f.Alignment = int(a)
 	}
@@ -445,31 +447,32 @@ func parseGGUF(path string, data []byte) (*GGUFFile, error) {
 			return nil, err
 		}
 		if seen[name] {
-			return nil, fmt.Errorf("%s: tensor %q appears twice", path, name)
+			return nil, fmt.Errorf("%s: tensor %s appears twice", path, untrusted.Quote(name))
 		}
 		seen[name] = true
-		nd, err := r.u32("tensor " + name)
+		what := "tensor " + untrusted.Quote(name)
+		nd, err := r.u32(what)
 		if err != nil {
 			return nil, err
 		}
 		if nd == 0 || nd > ggufMaxDims {
-			return nil, fmt.Errorf("%s: tensor %q: %d dimensions (want 1 to %d)", path, name, nd, ggufMaxDims)
+			return nil, fmt.Errorf("%s: %s: %d dimensions (want 1 to %d)", path, what, nd, ggufMaxDims)
 		}
 		ti := GGUFTensorInfo{Name: name, Dims: make([]uint64, nd)}
 		for d := range ti.Dims {
-			if ti.Dims[d], err = r.u64("tensor " + name); err != nil {
+			if ti.Dims[d], err = r.u64(what); err != nil {
 				return nil, err
 			}
 			if ti.Dims[d] > uint64(maxElems) {
-				return nil, fmt.Errorf("%s: tensor %q: dimension %d is absurd", path, name, ti.Dims[d])
+				return nil, fmt.Errorf("%s: %s: dimension %d is absurd", path, what, ti.Dims[d])
 			}
 		}
-		tt, err := r.u32("tensor " + name)
+		tt, err := r.u32(what)
 		if err != nil {
 			return nil, err
 		}
 		ti.Type = quant.Type(tt)
-		if ti.Offset, err = r.u64("tensor " + name); err != nil {
+		if ti.Offset, err = r.u64(what); err != nil {
 			return nil, err
 		}
 		f.Tensors = append(f.Tensors, ti)
@@ -488,17 +491,17 @@ func parseGGUF(path string, data []byte) (*GGUFFile, error) {
 	for i := range f.Tensors {
 		ti := &f.Tensors[i]
 		if _, _, ok := typeSize(ti.Type); !ok {
-			return nil, fmt.Errorf("%s: tensor %q: unsupported ggml type %d", path, ti.Name, uint32(ti.Type))
+			return nil, fmt.Errorf("%s: tensor %s: unsupported ggml type %d", path, untrusted.Quote(ti.Name), uint32(ti.Type))
 		}
 		size, err := byteSize(ti.Type, ti.Shape())
 		if err != nil {
-			return nil, fmt.Errorf("%s: tensor %q: %v", path, ti.Name, err)
+			return nil, fmt.Errorf("%s: tensor %s: %v", path, untrusted.Quote(ti.Name), err)
 		}
 		if ti.Offset%uint64(f.Alignment) != 0 {
-			return nil, fmt.Errorf("%s: tensor %q: data offset %d is not aligned to %d", path, ti.Name, ti.Offset, f.Alignment)
+			return nil, fmt.Errorf("%s: tensor %s: data offset %d is not aligned to %d", path, untrusted.Quote(ti.Name), ti.Offset, f.Alignment)
 		}
 		if ti.Offset > uint64(len(buf)) || uint64(size) > uint64(len(buf))-ti.Offset {
-			return nil, fmt.Errorf("%s: tensor %q: data [%d, %d) runs past the end of the file (data section of %d bytes): truncated?", path, ti.Name, ti.Offset, ti.Offset+uint64(size), len(buf))
+			return nil, fmt.Errorf("%s: tensor %s: data [%d, %d) runs past the end of the file (data section of %d bytes): truncated?", path, untrusted.Quote(ti.Name), ti.Offset, ti.Offset+uint64(size), len(buf))
 		}
 		end := int64(ti.Offset) + size
 		ti.Data = buf[ti.Offset:end:end]
@@ -523,7 +526,7 @@ func (s *Set) addGGUF(f *GGUFFile) error {
 			// dimensions) was flattened; its true shape is in the metadata.
 			orig, ok := v.([]int64)
 			if !ok || !sameElements(orig, shape) {
-				return fmt.Errorf("%s: tensor %q: metadata %s%s = %v does not fit its dims %v", f.Path, ti.Name, GGUFShapeKey, ti.Name, v, ti.Dims)
+				return fmt.Errorf("%s: tensor %s: metadata %s = %s does not fit its dims %v", f.Path, untrusted.Quote(ti.Name), untrusted.Quote(GGUFShapeKey+ti.Name), untrusted.Value(v), ti.Dims)
 			}
 			shape = make([]int, len(orig))
 			for i, d := range orig {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 )
 
 // GGUFWriter writes a GGUF v3 file in one pass: the header (metadata and
@@ -299,4 +300,49 @@ func (g *GGUFWriter) value(v any, tagged bool) error {
 		return fmt.Errorf("unsupported value type %T", v)
 	}
 	return g.err
+}
+
+// CopyGGUF writes the GGUF file src to dst, its metadata and tensor infos
+// passed through edit (nil: copied as they are). An edited tensor's bytes
+// are its info's Data (as OpenGGUF maps them, or replaced by edit). dst
+// may be src: the copy is written beside it and renamed. Tests use it to
+// damage one metadata value of a real file.
+func CopyGGUF(dst, src string, edit func(kv []GGUFKV, tensors []GGUFTensorInfo) ([]GGUFKV, []GGUFTensorInfo)) error {
+	f, err := OpenGGUF(src)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	kv := append([]GGUFKV(nil), f.KV...)
+	infos := append([]GGUFTensorInfo(nil), f.Tensors...)
+	if edit != nil {
+		kv, infos = edit(kv, infos)
+	}
+	tmp := dst + ".tmp"
+	out, err := os.Create(tmp)
+	if err != nil {
+		return fmt.Errorf("weights: %w", err)
+	}
+	w, err := NewGGUFWriter(out, kv, infos)
+	if err == nil {
+		for _, ti := range infos {
+			if err = w.WriteTensor(ti.Name, ti.Data); err != nil {
+				break
+			}
+		}
+	}
+	if err == nil {
+		err = w.Close()
+	}
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, dst)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("weights: %s: %w", dst, err)
+	}
+	return nil
 }

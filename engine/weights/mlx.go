@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/clefrt/clef/internal/untrusted"
 	"github.com/clefrt/clef/quant"
 )
 
@@ -32,7 +33,7 @@ type mlxQuant struct {
 func mlxConfig(raw json.RawMessage) (def mlxQuant, over map[string]*mlxQuant, err error) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &m); err != nil {
-		return def, nil, fmt.Errorf("config.json quantization: %v", err)
+		return def, nil, fmt.Errorf("config.json quantization: %s", untrusted.Error(err))
 	}
 	over = map[string]*mlxQuant{}
 	for k, v := range m {
@@ -50,7 +51,7 @@ func mlxConfig(raw json.RawMessage) (def mlxQuant, over map[string]*mlxQuant, er
 			}
 			var q mlxQuant
 			if e := json.Unmarshal(v, &q); e != nil {
-				err = fmt.Errorf("override %q: %v", k, e)
+				err = fmt.Errorf("override %s: %s", untrusted.Quote(k), untrusted.Error(e))
 			} else {
 				over[k] = &q
 			}
@@ -123,12 +124,12 @@ func mlxAssemble(s, raw *Set, def mlxQuant, over map[string]*mlxQuant) error {
 		q := def
 		if o, ok := over[module]; ok {
 			if o == nil {
-				return fmt.Errorf("%s: tensor %q is packed but quantization excludes module %q", file, name, module)
+				return fmt.Errorf("%s: tensor %s is packed but quantization excludes module %s", file, untrusted.Quote(name), untrusted.Quote(module))
 			}
 			q = *o
 		}
 		if q.Mode != "" && q.Mode != "affine" {
-			return fmt.Errorf("%s: tensor %q: MLX quantization mode %q is not supported (affine only)", file, name, q.Mode)
+			return fmt.Errorf("%s: tensor %s: MLX quantization mode %s is not supported (affine only)", file, untrusted.Quote(name), untrusted.Quote(q.Mode))
 		}
 		var typ quant.Type
 		switch q.Bits {
@@ -137,15 +138,15 @@ func mlxAssemble(s, raw *Set, def mlxQuant, over map[string]*mlxQuant) error {
 		case 8:
 			typ = quant.MLXAffine8
 		default:
-			return fmt.Errorf("%s: tensor %q: MLX %d-bit quantization is not supported (4 or 8)", file, name, q.Bits)
+			return fmt.Errorf("%s: tensor %s: MLX %d-bit quantization is not supported (4 or 8)", file, untrusted.Quote(name), q.Bits)
 		}
 		sc, bi := raw.tensors[module+".scales"], raw.tensors[module+".biases"]
 		if bi == nil {
-			return fmt.Errorf("%s: tensor %q has scales but no %s.biases", file, name, module)
+			return fmt.Errorf("%s: tensor %s has scales but no %s", file, untrusted.Quote(name), untrusted.Quote(module+".biases"))
 		}
 		qt, err := mlxTensor(t, sc, bi, typ, q.GroupSize)
 		if err != nil {
-			return fmt.Errorf("%s: tensor %q: %v", file, name, err)
+			return fmt.Errorf("%s: tensor %s: %v", file, untrusted.Quote(name), err)
 		}
 		if err := s.add(qt, file); err != nil {
 			return err
@@ -176,10 +177,10 @@ func mlxTensor(w, sc, bi *Tensor, typ quant.Type, g int) (*Tensor, error) {
 	}
 	for _, p := range []*Tensor{sc, bi} {
 		if p.Type != quant.F16 && p.Type != quant.BF16 && p.Type != quant.F32 {
-			return nil, fmt.Errorf("%s is %s, want F16, BF16 or F32", p.Name, typeName(p.Type))
+			return nil, fmt.Errorf("%s is %s, want F16, BF16 or F32", untrusted.Quote(p.Name), typeName(p.Type))
 		}
 		if !slices.Equal(p.Shape, gshape) {
-			return nil, fmt.Errorf("%s has shape %v, want %v for %d-bit groups of %d", p.Name, p.Shape, gshape, bits, g)
+			return nil, fmt.Errorf("%s has shape %v, want %v for %d-bit groups of %d", untrusted.Quote(p.Name), p.Shape, gshape, bits, g)
 		}
 	}
 	return &Tensor{Name: w.Name, Type: typ, Shape: shape, Data: w.Data, Scales: sc, Biases: bi, GroupSize: g}, nil

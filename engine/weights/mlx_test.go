@@ -261,7 +261,7 @@ func TestMLXSynthetic(t *testing.T) {
 	bad := out["language_model.model.layers.0.self_attn.q_proj.scales"]
 	out["language_model.model.layers.0.self_attn.q_proj.scales"] = rawTensor{"BF16", []int{bad.shape[0], 1}, bad.data[:bad.shape[0]*2]}
 	writeSafetensors(t, filepath.Join(dir, "model.safetensors"), out)
-	if _, err := Open(dir, opts(q)); err == nil || !strings.Contains(err.Error(), "q_proj.scales has shape") {
+	if _, err := Open(dir, opts(q)); err == nil || !strings.Contains(err.Error(), `q_proj.scales" has shape`) {
 		t.Errorf("bad scales: %v", err)
 	}
 	out["language_model.model.layers.0.self_attn.q_proj.scales"] = bad

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/clefrt/clef/internal/untrusted"
 )
 
 // Files of a Hugging Face sharded safetensors directory.
@@ -154,7 +156,7 @@ func modelShards(dir string, extra []string) (*shardSet, error) {
 		}
 		var idx shardIndex
 		if err := json.Unmarshal(b, &idx); err != nil {
-			return nil, fmt.Errorf("%s: invalid JSON: %v", ip, err)
+			return nil, fmt.Errorf("%s: invalid JSON: %s", ip, untrusted.Error(err))
 		}
 		if len(idx.WeightMap) == 0 {
 			return nil, fmt.Errorf("%s: empty or missing weight_map", ip)
@@ -170,7 +172,7 @@ func modelShards(dir string, extra []string) (*shardSet, error) {
 		seen := map[string]bool{}
 		for name, file := range idx.WeightMap {
 			if file == "" || file != filepath.Base(file) || file == "." || file == ".." || !strings.HasSuffix(file, ".safetensors") {
-				return nil, fmt.Errorf("%s: tensor %q maps to %q, not a .safetensors file name in the same directory", ip, name, file)
+				return nil, fmt.Errorf("%s: tensor %s maps to %s, not a .safetensors file name in the same directory", ip, untrusted.Quote(name), untrusted.Quote(file))
 			}
 			p := filepath.Join(dir, file)
 			ss.weightMap[name] = p
@@ -182,7 +184,7 @@ func modelShards(dir string, extra []string) (*shardSet, error) {
 		sort.Strings(ss.files)
 		for _, p := range ss.files {
 			if !fileExists(p) {
-				return nil, fmt.Errorf("%s: shard %s is missing", ip, filepath.Base(p))
+				return nil, fmt.Errorf("%s: shard %s is missing", ip, untrusted.Quote(filepath.Base(p)))
 			}
 		}
 		return ss, nil
@@ -217,10 +219,10 @@ func (ss *shardSet) check(s *Set, keep func(string) (bool, error)) error {
 	for name, file := range s.origin {
 		want, ok := ss.weightMap[name]
 		if !ok {
-			return fmt.Errorf("%s: tensor %q is in %s but not in the index", ss.index, name, filepath.Base(file))
+			return fmt.Errorf("%s: tensor %s is in %s but not in the index", ss.index, untrusted.Quote(name), filepath.Base(file))
 		}
 		if want != file {
-			return fmt.Errorf("%s: tensor %q is indexed in %s but stored in %s", ss.index, name, filepath.Base(want), filepath.Base(file))
+			return fmt.Errorf("%s: tensor %s is indexed in %s but stored in %s", ss.index, untrusted.Quote(name), untrusted.Quote(filepath.Base(want)), filepath.Base(file))
 		}
 	}
 	for name, file := range ss.weightMap {
@@ -230,7 +232,7 @@ func (ss *shardSet) check(s *Set, keep func(string) (bool, error)) error {
 			}
 		}
 		if _, ok := s.origin[name]; !ok {
-			return fmt.Errorf("%s: tensor %q is indexed in %s but missing from it", ss.index, name, filepath.Base(file))
+			return fmt.Errorf("%s: tensor %s is indexed in %s but missing from it", ss.index, untrusted.Quote(name), filepath.Base(file))
 		}
 	}
 	return nil

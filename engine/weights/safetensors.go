@@ -8,6 +8,7 @@ import (
 	"io"
 	"sort"
 
+	"github.com/clefrt/clef/internal/untrusted"
 	"github.com/clefrt/clef/quant"
 )
 
@@ -62,7 +63,7 @@ func parseSafetensors(path string, data []byte) ([]*Tensor, map[string]string, e
 
 	dec := json.NewDecoder(bytes.NewReader(header))
 	if _, err := dec.Token(); err != nil { // '{'
-		return nil, nil, fmt.Errorf("%s: safetensors header: invalid JSON: %v", path, err)
+		return nil, nil, fmt.Errorf("%s: safetensors header: invalid JSON: %s", path, untrusted.Error(err))
 	}
 	var tensors []*Tensor
 	var spans []span
@@ -71,16 +72,16 @@ func parseSafetensors(path string, data []byte) ([]*Tensor, map[string]string, e
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
-			return nil, nil, fmt.Errorf("%s: safetensors header: invalid JSON: %v", path, err)
+			return nil, nil, fmt.Errorf("%s: safetensors header: invalid JSON: %s", path, untrusted.Error(err))
 		}
 		name, _ := tok.(string)
 		if seen[name] {
-			return nil, nil, fmt.Errorf("%s: safetensors header: key %q appears twice", path, name)
+			return nil, nil, fmt.Errorf("%s: safetensors header: key %s appears twice", path, untrusted.Quote(name))
 		}
 		seen[name] = true
 		if name == "__metadata__" {
 			if err := dec.Decode(&meta); err != nil {
-				return nil, nil, fmt.Errorf("%s: safetensors __metadata__ must map strings to strings: %v", path, err)
+				return nil, nil, fmt.Errorf("%s: safetensors __metadata__ must map strings to strings: %s", path, untrusted.Error(err))
 			}
 			continue
 		}
@@ -89,17 +90,17 @@ func parseSafetensors(path string, data []byte) ([]*Tensor, map[string]string, e
 		}
 		var e stEntry
 		if err := dec.Decode(&e); err != nil {
-			return nil, nil, fmt.Errorf("%s: tensor %q: invalid header entry: %v", path, name, err)
+			return nil, nil, fmt.Errorf("%s: tensor %s: invalid header entry: %s", path, untrusted.Quote(name), untrusted.Error(err))
 		}
 		t, err := stTensor(name, e, buf)
 		if err != nil {
-			return nil, nil, fmt.Errorf("%s: tensor %q: %v", path, name, err)
+			return nil, nil, fmt.Errorf("%s: tensor %s: %v", path, untrusted.Quote(name), err)
 		}
 		tensors = append(tensors, t)
 		spans = append(spans, span{name: name, begin: e.Offsets[0], end: e.Offsets[1]})
 	}
 	if _, err := dec.Token(); err != nil { // '}'
-		return nil, nil, fmt.Errorf("%s: safetensors header: invalid JSON: %v", path, err)
+		return nil, nil, fmt.Errorf("%s: safetensors header: invalid JSON: %s", path, untrusted.Error(err))
 	}
 	if rest, _ := io.ReadAll(dec.Buffered()); len(bytes.TrimSpace(rest)) != 0 || dec.More() {
 		return nil, nil, fmt.Errorf("%s: safetensors header: trailing data after the JSON object", path)
@@ -114,7 +115,7 @@ func parseSafetensors(path string, data []byte) ([]*Tensor, map[string]string, e
 func stTensor(name string, e stEntry, buf []byte) (*Tensor, error) {
 	t, ok := safetensorsDTypes[e.DType]
 	if !ok {
-		return nil, fmt.Errorf("unknown or unsupported dtype %q", e.DType)
+		return nil, fmt.Errorf("unknown or unsupported dtype %s", untrusted.Quote(e.DType))
 	}
 	if e.Shape == nil {
 		return nil, fmt.Errorf("missing shape")
@@ -122,7 +123,7 @@ func stTensor(name string, e stEntry, buf []byte) (*Tensor, error) {
 	shape := make([]int, len(e.Shape))
 	for i, d := range e.Shape {
 		if d < 0 || d > maxElems {
-			return nil, fmt.Errorf("bad dimension %d in shape %v", d, e.Shape)
+			return nil, fmt.Errorf("bad dimension %d in shape %s", d, untrusted.Value(e.Shape))
 		}
 		shape[i] = int(d)
 	}
@@ -167,7 +168,7 @@ func checkOverlaps(spans []span) error {
 			continue
 		}
 		if last != nil && s.begin < last.end {
-			return fmt.Errorf("tensors %q [%d, %d) and %q [%d, %d) overlap", last.name, last.begin, last.end, s.name, s.begin, s.end)
+			return fmt.Errorf("tensors %s [%d, %d) and %s [%d, %d) overlap", untrusted.Quote(last.name), last.begin, last.end, untrusted.Quote(s.name), s.begin, s.end)
 		}
 		last = s
 	}
@@ -224,7 +225,7 @@ func (s *Set) keepTensors(path string, ts []*Tensor, keep func(name string) (boo
 		if keep != nil {
 			ok, err := keep(t.Name)
 			if err != nil {
-				return fmt.Errorf("%s: tensor %q: %v", path, t.Name, err)
+				return fmt.Errorf("%s: tensor %s: %v", path, untrusted.Quote(t.Name), err)
 			}
 			if !ok {
 				continue

@@ -288,7 +288,7 @@ func TestReleaseDirErrors(t *testing.T) {
 	t.Run("missing shard", func(t *testing.T) {
 		d := copyDir(t, tinyRelease)
 		os.Remove(filepath.Join(d, "model-00002-of-00002.safetensors"))
-		if _, err := Open(d, releaseOptions(d)); err == nil || !strings.Contains(err.Error(), "model-00002-of-00002.safetensors is missing") {
+		if _, err := Open(d, releaseOptions(d)); err == nil || !strings.Contains(err.Error(), `"model-00002-of-00002.safetensors" is missing`) {
 			t.Fatalf("got %v", err)
 		}
 	})

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/clefrt/clef/internal/untrusted"
 	"github.com/clefrt/clef/quant"
 )
 
@@ -49,7 +50,7 @@ func newSet(format, path string) *Set {
 // add registers a tensor; a name given twice is an error naming both files.
 func (s *Set) add(t *Tensor, file string) error {
 	if prev, ok := s.origin[t.Name]; ok {
-		return fmt.Errorf("%s: tensor %q is also in %s", file, t.Name, prev)
+		return fmt.Errorf("%s: tensor %s is also in %s", file, untrusted.Quote(t.Name), prev)
 	}
 	s.tensors[t.Name] = t
 	s.origin[t.Name] = file
@@ -61,7 +62,7 @@ func (s *Set) Tensor(name string) (*Tensor, error) {
 	if t, ok := s.tensors[name]; ok {
 		return t, nil
 	}
-	return nil, fmt.Errorf("%s: no tensor %q", s.Path, name)
+	return nil, fmt.Errorf("%s: no tensor %s", s.Path, untrusted.Quote(name))
 }
 
 // Has reports whether the named tensor exists.

@@ -12,6 +12,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 )
 
@@ -22,8 +23,12 @@ const Label = "com.clefrt.clef.serve"
 type Config struct {
 	// Program is the absolute path of the clef binary.
 	Program string
-	// Args follow the program, e.g. {"serve", "--model", "/path"}.
+	// Args follow the program, e.g. {"serve", "--model", "/path"}. Every
+	// local user sees them (ps): a secret goes in Env.
 	Args []string
+	// Env is the agent's environment (EnvironmentVariables), e.g. the
+	// daemon's CLEF_TOKEN; the property list is only readable by its owner.
+	Env map[string]string
 	// LogPath receives the daemon's stdout and stderr.
 	LogPath string
 	// KeepAlive restarts the daemon when it exits with an error.
@@ -63,6 +68,23 @@ func Plist(cfg Config) ([]byte, error) {
 		str("\t\t", a)
 	}
 	b.WriteString("\t</array>\n")
+	if len(cfg.Env) > 0 {
+		names := make([]string, 0, len(cfg.Env))
+		for k := range cfg.Env {
+			if k == "" || strings.ContainsAny(k, "=\x00") {
+				return nil, fmt.Errorf("launchagent: environment variable name %q is not valid", k)
+			}
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		key("EnvironmentVariables")
+		b.WriteString("\t<dict>\n")
+		for _, k := range names {
+			fmt.Fprintf(&b, "\t\t<key>%s</key>\n", esc(k))
+			str("\t\t", cfg.Env[k])
+		}
+		b.WriteString("\t</dict>\n")
+	}
 	key("RunAtLoad")
 	b.WriteString("\t<true/>\n")
 	if cfg.KeepAlive {
@@ -87,8 +109,8 @@ func esc(s string) string {
 	return b.String()
 }
 
-// Install writes the agent's property list under home (mode 0600: the
-// arguments may hold a bearer token) and creates the log directory. It
+// Install writes the agent's property list under home (mode 0600: its
+// environment may hold a bearer token) and creates the log directory. It
 // returns the path written.
 func Install(home string, cfg Config) (string, error) {
 	if home == "" {
@@ -108,7 +130,12 @@ func Install(home string, cfg Config) (string, error) {
 		}
 	}
 	tmp := p + ".tmp"
+	os.Remove(tmp) // a leftover keeps its mode through WriteFile
 	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return "", fmt.Errorf("launchagent: %w", err)
+	}
+	if err := os.Chmod(tmp, 0o600); err != nil {
+		os.Remove(tmp)
 		return "", fmt.Errorf("launchagent: %w", err)
 	}
 	if err := os.Rename(tmp, p); err != nil {

@@ -117,6 +117,7 @@ func Cases() []Case {
 		{"Route", testRoute},
 		{"MoE", testMoE},
 		{"RowChunker", testRowChunker},
+		{"Interrupt", testInterrupt},
 		{"Errors", testErrors},
 	}
 	out := make([]Case, len(cases))

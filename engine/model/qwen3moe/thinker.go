@@ -134,6 +134,12 @@ type Input struct {
 	// their own, and nil Positions mean Past.Len, Past.Len+1, ... It needs
 	// a backend that implements backend.RowChunker.
 	Past *Prefix
+	// Progress, when set, is called after each row chunk of each layer
+	// with the chunks done and their total (layers × chunks per layer):
+	// how far a forward got when it was cancelled. A layer's later chunks
+	// attend to more keys, so done/total never overstates the share of
+	// the work done.
+	Progress func(done, total int)
 }
 
 // Hidden runs the decoder on ids and returns the final normed hidden state
@@ -155,8 +161,8 @@ func (m *Model) Forward(ctx context.Context, in Input, tap Tap) (*backend.Tensor
 }
 
 // forward is Forward that, with save set (save.Len > 0 and save.K, save.V
-// of one nil entry per layer), also keeps every layer's keys and values of
-// the first save.Len rows in save.
+// of one slice of save.Len rows per layer, from newPrefix), also copies
+// every layer's keys and values of the first save.Len rows into save.
 func (m *Model) forward(ctx context.Context, in Input, tap Tap, save *Prefix) (*backend.Tensor, error) {
 	c, b := m.Config, m.b
 	L := len(in.IDs)
@@ -220,12 +226,24 @@ func (m *Model) forward(ctx context.Context, in Input, tap Tap, save *Prefix) (*
 	if err != nil {
 		return nil, fmt.Errorf("qwen3moe: %w", err)
 	}
+	var tick func()
+	if in.Progress != nil {
+		perLayer := 1
+		if chunk := m.chunk(); m.chunks() && (chunk < L || off > 0) {
+			perLayer = (L + chunk - 1) / chunk
+		}
+		done, total := 0, perLayer*len(m.layers)
+		tick = func() {
+			done++
+			in.Progress(done, total)
+		}
+	}
 	for l := range m.layers {
 		if err := ctx.Err(); err != nil {
 			b.Free(x)
 			return nil, err
 		}
-		nx, err := m.layer(ctx, l, x, positions, rope, scale, tap, in.Past, save)
+		nx, err := m.layer(ctx, l, x, positions, rope, scale, tap, in.Past, save, tick)
 		b.Free(x)
 		if err != nil {
 			return nil, fmt.Errorf("qwen3moe: layer %d: %w", l, err)
@@ -254,6 +272,14 @@ func (m *Model) forward(ctx context.Context, in Input, tap Tap, save *Prefix) (*
 // of one layer span every row.
 const DefaultChunk = 512
 
+// chunk is the rows a layer runs at a time on a backend.RowChunker.
+func (m *Model) chunk() int {
+	if m.Chunk <= 0 {
+		return DefaultChunk
+	}
+	return m.Chunk
+}
+
 // layer runs decoder layer l on the residual stream x [L, hidden] and
 // returns the new stream; x is left for the caller to free. K and V are
 // computed for every row; queries, attention output and the MoE block run
@@ -262,13 +288,10 @@ const DefaultChunk = 512
 // With past set, x holds the rows after the stored prefix and their queries
 // attend to the prefix's keys and values of layer l too; with save set, the
 // keys and values of the first save.Len rows are read back into save.
-func (m *Model) layer(ctx context.Context, l int, x *backend.Tensor, pos [][3]int, rope backend.RoPE, scale float32, tap Tap, past, save *Prefix) (*backend.Tensor, error) {
+func (m *Model) layer(ctx context.Context, l int, x *backend.Tensor, pos [][3]int, rope backend.RoPE, scale float32, tap Tap, past, save *Prefix, tick func()) (*backend.Tensor, error) {
 	c, b, ly := m.Config, m.b, &m.layers[l]
 	L := x.Rows()
-	chunk := m.Chunk
-	if chunk <= 0 {
-		chunk = DefaultChunk
-	}
+	chunk := m.chunk()
 	rc, ok := b.(backend.RowChunker)
 	if !ok || chunk >= L {
 		chunk = L
@@ -307,10 +330,10 @@ func (m *Model) layer(ctx context.Context, l int, x *backend.Tensor, pos [][3]in
 	}
 	defer func() { b.Free(v) }()
 	if save != nil {
-		if save.K[l], err = m.readRows(ctx, rc, k, save.Len); err != nil {
+		if err := m.readRows(ctx, rc, k, save.K[l]); err != nil {
 			return nil, err
 		}
-		if save.V[l], err = m.readRows(ctx, rc, v, save.Len); err != nil {
+		if err := m.readRows(ctx, rc, v, save.V[l]); err != nil {
 			return nil, err
 		}
 	}
@@ -326,6 +349,9 @@ func (m *Model) layer(ctx context.Context, l int, x *backend.Tensor, pos [][3]in
 
 	if chunk == L && off == 0 {
 		out, err := m.rows(l, x, k, v, pos, 0, L, 0, nil, rope, scale, tap)
+		if err == nil && tick != nil {
+			tick()
+		}
 		if err == nil && tap != nil {
 			if err = tap("l_out", l, out); err != nil {
 				b.Free(out)
@@ -336,11 +362,17 @@ func (m *Model) layer(ctx context.Context, l int, x *backend.Tensor, pos [][3]in
 	var outs []*backend.Tensor
 	defer func() { b.Free(outs...) }()
 	for c0 := 0; c0 < L; c0 += chunk {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		out, err := m.rows(l, x, k, v, pos, c0, min(L, c0+chunk), off, rc, rope, scale, tap)
 		if err != nil {
 			return nil, err
 		}
 		outs = append(outs, out)
+		if tick != nil {
+			tick()
+		}
 	}
 	var out *backend.Tensor
 	if len(outs) == 1 {

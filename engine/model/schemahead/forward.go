@@ -14,7 +14,14 @@ import (
 // questions. It returns one logit per option, per question, in encoded
 // option order.
 func (h *Head) Logits(hidden []float32, ids []int, questions []Question, lex Lexicon) ([][]float32, error) {
-	return h.forward(hidden, ids, questions, lex, nil)
+	return h.forward(context.Background(), hidden, ids, questions, lex, nil)
+}
+
+// LogitsContext is Logits that gives up once ctx is done, between the
+// head's ops (and inside them on a backend.Interruptible backend whose
+// interrupt the caller set), returning an error that wraps ctx.Err().
+func (h *Head) LogitsContext(ctx context.Context, hidden []float32, ids []int, questions []Question, lex Lexicon) ([][]float32, error) {
+	return h.forward(ctx, hidden, ids, questions, lex, nil)
 }
 
 // trace collects the head's intermediates for tests (names as in the golden
@@ -48,7 +55,7 @@ func newRecord(questions []Question) record {
 }
 
 // forward is the head's pass over one record.
-func (h *Head) forward(hidden []float32, ids []int, questions []Question, lex Lexicon, tr *trace) ([][]float32, error) {
+func (h *Head) forward(ctx context.Context, hidden []float32, ids []int, questions []Question, lex Lexicon, tr *trace) ([][]float32, error) {
 	if h.b == nil {
 		return nil, fmt.Errorf("joint head: not bound to a backend (Bind)")
 	}
@@ -63,7 +70,7 @@ func (h *Head) forward(hidden []float32, ids []int, questions []Question, lex Le
 	if err != nil {
 		return nil, err
 	}
-	p := &pass{b: h.b}
+	p := &pass{b: h.b, ctx: ctx}
 	defer p.free()
 
 	// Hidden norm, memory; question, option-context and global vectors
@@ -259,8 +266,20 @@ func lexicalRows(lex Lexicon, ids []int, spans [][2]int, hs int) ([]float32, [][
 // tensor the ops made, which free releases.
 type pass struct {
 	b    backend.Backend
+	ctx  context.Context // checked before every op: a done context is the pass's error
 	err  error
 	made []*backend.Tensor
+}
+
+// ok reports whether the pass may run its next op: no error yet and its
+// context not done (which becomes the error).
+func (p *pass) ok() bool {
+	if p.err == nil {
+		if err := p.ctx.Err(); err != nil {
+			p.err = err
+		}
+	}
+	return p.err == nil
 }
 
 // keep records the result of an op.
@@ -282,17 +301,17 @@ func (p *pass) drop(ts ...*backend.Tensor) { p.b.Free(ts...) }
 func (p *pass) free() { p.b.Free(p.made...) }
 
 func (p *pass) upload(v []float32, rows, cols int) *backend.Tensor {
-	if p.err != nil {
+	if !p.ok() {
 		return nil
 	}
 	return p.keep(p.b.Upload(v, rows, cols))
 }
 
 func (p *pass) read(t *backend.Tensor) []float32 {
-	if p.err != nil {
+	if !p.ok() {
 		return nil
 	}
-	v, err := p.b.Read(context.Background(), t)
+	v, err := p.b.Read(p.ctx, t)
 	if err != nil {
 		p.err = err
 	}
@@ -300,7 +319,7 @@ func (p *pass) read(t *backend.Tensor) []float32 {
 }
 
 func (p *pass) layerNorm(x *backend.Tensor, n norm) *backend.Tensor {
-	if p.err != nil {
+	if !p.ok() {
 		return nil
 	}
 	return p.keep(p.b.LayerNorm(x, n.w, n.b, layerNormEps))
@@ -321,91 +340,91 @@ func (p *pass) feedforward(x *backend.Tensor, l1, l2 linear) *backend.Tensor {
 }
 
 func (p *pass) matMul(x, w *backend.Tensor) *backend.Tensor {
-	if p.err != nil {
+	if !p.ok() {
 		return nil
 	}
 	return p.keep(p.b.MatMul(x, w))
 }
 
 func (p *pass) addBias(x, b *backend.Tensor) *backend.Tensor {
-	if p.err != nil {
+	if !p.ok() {
 		return nil
 	}
 	return p.keep(p.b.AddBias(x, b))
 }
 
 func (p *pass) add(a, b *backend.Tensor) *backend.Tensor {
-	if p.err != nil {
+	if !p.ok() {
 		return nil
 	}
 	return p.keep(p.b.Add(a, b))
 }
 
 func (p *pass) gelu(x *backend.Tensor) *backend.Tensor {
-	if p.err != nil {
+	if !p.ok() {
 		return nil
 	}
 	return p.keep(p.b.GELU(x, backend.GELUErf))
 }
 
 func (p *pass) embed(table *backend.Tensor, rows []int) *backend.Tensor {
-	if p.err != nil {
+	if !p.ok() {
 		return nil
 	}
 	return p.keep(p.b.Embed(table, rows))
 }
 
 func (p *pass) attention(q, k, v *backend.Tensor, o backend.AttentionOptions) *backend.Tensor {
-	if p.err != nil {
+	if !p.ok() {
 		return nil
 	}
 	return p.keep(p.b.Attention(q, k, v, o))
 }
 
 func (p *pass) spanMeans(x *backend.Tensor, spans [][2]int) *backend.Tensor {
-	if p.err != nil {
+	if !p.ok() {
 		return nil
 	}
 	return p.keep(p.b.SpanMeans(x, spans))
 }
 
 func (p *pass) softmax(x *backend.Tensor, scale float32, ranges [][2]int) *backend.Tensor {
-	if p.err != nil {
+	if !p.ok() {
 		return nil
 	}
 	return p.keep(p.b.Softmax(x, scale, ranges))
 }
 
 func (p *pass) transpose(x *backend.Tensor) *backend.Tensor {
-	if p.err != nil {
+	if !p.ok() {
 		return nil
 	}
 	return p.keep(p.b.Transpose(x))
 }
 
 func (p *pass) reshape(x *backend.Tensor, rows, cols int) *backend.Tensor {
-	if p.err != nil {
+	if !p.ok() {
 		return nil
 	}
 	return p.keep(p.b.Reshape(x, rows, cols))
 }
 
 func (p *pass) groupMatMul(x, w *backend.Tensor, groups int) *backend.Tensor {
-	if p.err != nil {
+	if !p.ok() {
 		return nil
 	}
 	return p.keep(p.b.GroupMatMul(x, w, groups))
 }
 
 func (p *pass) rowDots(a, b *backend.Tensor) *backend.Tensor {
-	if p.err != nil {
+	if !p.ok() {
 		return nil
 	}
 	return p.keep(p.b.RowDots(a, b))
 }
 
 func (p *pass) pairFeatures(a, b *backend.Tensor) *backend.Tensor {
-	if p.err != nil {
+	if !p.ok() {
 		return nil
 	}
 	return p.keep(p.b.PairFeatures(a, b))

@@ -2,6 +2,7 @@ package schemahead
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -254,7 +255,7 @@ func TestGoldenTrace(t *testing.T) {
 	}
 	hidden, _ := readNpy(t, filepath.Join(tinyDir, c.HiddenFile))
 	var tr trace
-	if _, err := h.forward(hidden, c.InputIDs, c.questions(), lex, &tr); err != nil {
+	if _, err := h.forward(context.Background(), hidden, c.InputIDs, c.questions(), lex, &tr); err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range []struct {
