@@ -65,12 +65,13 @@ type Prefix = qwen3moe.Prefix
 // Prefix.Acquire and Release (a prefix the store evicted meanwhile fails
 // Acquire and counts as a miss). Put hands the store the engine's reference
 // to the prefix: the store calls Release when it drops it, at once when it
-// does not keep it. A store may also implement Contains([32]byte) bool,
-// which tells whether a key is cached without counting a lookup (for
-// Estimate). *server.PrefixCache implements both.
+// does not keep it. *server.PrefixCache implements it.
 type PrefixStore interface {
 	Get(key [32]byte) (*Prefix, bool)
 	Put(key [32]byte, val *Prefix, size int64) bool
+	// Contains reports whether key is cached without counting a lookup
+	// (for Estimate).
+	Contains(key [32]byte) bool
 	// Enabled reports whether the store may hold anything (false: unused).
 	Enabled() bool
 	// MaxBytes is the largest prefix worth building: a larger one is
@@ -136,11 +137,7 @@ func Open(path string, opts Options) (*Engine, error) {
 				return nil, fmt.Errorf("engine: %s is not a Clef-Omni release: %s is missing", path, f)
 			}
 		}
-	} else if strings.HasSuffix(path, release.GGUFExt) && !strings.HasSuffix(path, release.CompanionExt) {
-		if c := release.CompanionPath(path); !fileExists(c) {
-			return nil, fmt.Errorf("engine: %s has no companion %s (written by clef quantize next to it; it holds the joint head)", path, c)
-		}
-	} else if !strings.HasSuffix(path, release.CompanionExt) {
+	} else if !strings.HasSuffix(path, release.GGUFExt) {
 		return nil, fmt.Errorf("engine: %s: want a release directory or a .gguf file from clef quantize", path)
 	}
 	r, err := release.Open(path)
@@ -154,11 +151,6 @@ func Open(path string, opts Options) (*Engine, error) {
 	}
 	e.identify(path)
 	return e, nil
-}
-
-func fileExists(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && st.Mode().IsRegular()
 }
 
 // identify sets what prefix cache keys hold of the model: its path, file
@@ -180,7 +172,10 @@ func (e *Engine) identify(path string) {
 // on a backend.
 func assemble(r *release.Release, opts Options) (*Engine, error) {
 	tcfg := r.Config.Thinker.Text
-	if r.Config.Head == nil {
+	switch {
+	case r.Format == release.FormatGGUF && r.Companion == nil:
+		return nil, fmt.Errorf("engine: %s has no companion %s (written by clef quantize next to it; it holds the joint head)", r.Path, release.CompanionPath(r.Path))
+	case r.Config.Head == nil:
 		return nil, fmt.Errorf("engine: %s has no joint head configuration (%s)", r.Path, release.HeadConfigFile)
 	}
 	hcfg := *r.Config.Head
@@ -303,6 +298,11 @@ type Prepared struct {
 	req    *api.Request
 	enc    *api.Encoded
 	encode time.Duration
+	// prefix is the length of the record's cacheable prefix (everything
+	// before the schema) and key its content hash; prefix is 0 when the
+	// record cannot use the prefix cache.
+	prefix int
+	key    [32]byte
 }
 
 // Tokens is the record's length (usage.input_tokens).
@@ -330,7 +330,16 @@ func (e *Engine) Prepare(req *api.Request) (*Prepared, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Prepared{e: e, req: req, enc: enc, encode: time.Since(start)}, nil
+	p := &Prepared{e: e, req: req, enc: enc}
+	if store := e.opts.PrefixCache; store != nil && store.Enabled() && e.decoder.CanResume() {
+		// The schema starts after the record prefix and the state (text
+		// records: no media); it is never empty, so P < len(InputIDs).
+		if P := e.prefixLen + enc.StateTokens; P > 0 && P < len(enc.InputIDs) && e.decoder.PrefixBytes(P) <= store.MaxBytes() {
+			p.prefix, p.key = P, e.prefixKey(enc.InputIDs[:P])
+		}
+	}
+	p.encode = time.Since(start)
+	return p, nil
 }
 
 // DecidePrepared is Decide for a request Prepare checked and encoded (on
@@ -354,7 +363,7 @@ func (e *Engine) DecidePrepared(ctx context.Context, p *Prepared) (*api.Response
 // only its schema is computed). A server refuses a record whose estimate
 // is past its deadline, instead of running it into the deadline.
 func (e *Engine) Estimate(p *Prepared) (d time.Duration, basis string, ok bool) {
-	if p == nil || p.e != e || e.prefixCached(p.enc) {
+	if p == nil || p.e != e || (p.prefix > 0 && e.opts.PrefixCache.Contains(p.key)) {
 		return 0, "", false
 	}
 	return e.speed.estimate(len(p.enc.InputIDs), time.Now())
@@ -394,7 +403,7 @@ func (e *Engine) run(ctx context.Context, p *Prepared) (*decision, error) {
 	}
 	start := time.Now()
 	var done float64 // share of the thinker's row chunks done
-	hidden, err := e.thinker(ctx, enc, st, func(n, total int) { done = float64(n) / float64(total) })
+	hidden, err := e.thinker(ctx, p, st, func(n, total int) { done = float64(n) / float64(total) })
 	if err != nil {
 		e.stopped(ctx, st, start, done)
 		return nil, fmt.Errorf("engine: thinker: %w", err)
@@ -439,34 +448,21 @@ func (e *Engine) stopped(ctx context.Context, st *Stats, start time.Time, done f
 
 // thinker runs the thinker on the record and returns the hidden state of
 // every position. With a prefix cache, the prefix (everything before the
-// schema) is looked up by content: on a hit only the rest runs, after the
-// stored keys and values; on a miss the whole record runs and the prefix
-// is stored.
-func (e *Engine) thinker(ctx context.Context, enc *api.Encoded, st *Stats, progress func(done, total int)) ([]float32, error) {
-	full := func() ([]float32, error) {
-		h, _, err := e.decoder.HiddenPrefix(ctx, qwen3moe.Input{IDs: enc.InputIDs, Progress: progress}, 0)
+// schema, p.prefix tokens) is looked up by content: on a hit only the rest
+// runs, after the stored keys and values; on a miss the whole record runs
+// and the prefix is stored.
+func (e *Engine) thinker(ctx context.Context, p *Prepared, st *Stats, progress func(done, total int)) ([]float32, error) {
+	ids, P := p.enc.InputIDs, p.prefix
+	if P == 0 {
+		h, _, err := e.decoder.HiddenPrefix(ctx, qwen3moe.Input{IDs: ids, Progress: progress}, 0)
 		return h, err
 	}
 	store := e.opts.PrefixCache
-	if store != nil && !store.Enabled() {
-		store = nil
-	}
-	// The schema starts after the record prefix and the state (text records:
-	// no media); it is never empty, so P < len(InputIDs).
-	P := e.prefixLen + enc.StateTokens
-	if store == nil || !e.decoder.CanResume() || P <= 0 || P >= len(enc.InputIDs) {
-		return full()
-	}
-	if e.decoder.PrefixBytes(P) > store.MaxBytes() {
-		// It could never be stored: do not read the keys and values back.
-		return full()
-	}
-	key := e.prefixKey(enc.InputIDs[:P])
-	if pre, ok := store.Get(key); ok && pre != nil && pre.Acquire() {
+	if pre, ok := store.Get(p.key); ok && pre != nil && pre.Acquire() {
 		defer pre.Release()
 		if pre.Len == P {
 			st.PrefixHit, st.CachedTokens = true, P
-			rest, _, err := e.decoder.HiddenPrefix(ctx, qwen3moe.Input{IDs: enc.InputIDs[P:], Past: pre, Progress: progress}, 0)
+			rest, _, err := e.decoder.HiddenPrefix(ctx, qwen3moe.Input{IDs: ids[P:], Past: pre, Progress: progress}, 0)
 			if err != nil {
 				return nil, err
 			}
@@ -474,26 +470,12 @@ func (e *Engine) thinker(ctx context.Context, enc *api.Encoded, st *Stats, progr
 			return append(append(hidden, pre.Hidden...), rest...), nil
 		}
 	}
-	hidden, pre, err := e.decoder.HiddenPrefix(ctx, qwen3moe.Input{IDs: enc.InputIDs, Progress: progress}, P)
+	hidden, pre, err := e.decoder.HiddenPrefix(ctx, qwen3moe.Input{IDs: ids, Progress: progress}, P)
 	if err != nil {
 		return nil, err
 	}
-	store.Put(key, pre, pre.Bytes())
+	store.Put(p.key, pre, pre.Bytes())
 	return hidden, nil
-}
-
-// prefixCached reports whether the store holds enc's prefix, without
-// counting a lookup (false when the store cannot tell).
-func (e *Engine) prefixCached(enc *api.Encoded) bool {
-	store, ok := e.opts.PrefixCache.(interface{ Contains([32]byte) bool })
-	if !ok || !e.opts.PrefixCache.Enabled() || !e.decoder.CanResume() {
-		return false
-	}
-	P := e.prefixLen + enc.StateTokens
-	if P <= 0 || P >= len(enc.InputIDs) {
-		return false
-	}
-	return store.Contains(e.prefixKey(enc.InputIDs[:P]))
 }
 
 // prefixKey is the SHA-256 of the model's identity and the prefix's ids.
@@ -512,8 +494,6 @@ func (e *Engine) prefixKey(ids []int) [32]byte {
 	return k
 }
 
-// truthy reports whether a media field holds anything, as Python's
-// `record.get(field) or []` sees it.
 // IsRequestError reports whether err is a refusal of the request (an
 // *api.Error) rather than a failure of the runtime.
 func IsRequestError(err error) bool {

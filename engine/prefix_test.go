@@ -43,6 +43,13 @@ func (s *mapStore) Put(k [32]byte, v *Prefix, size int64) bool {
 	return true
 }
 
+func (s *mapStore) Contains(k [32]byte) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.m[k]
+	return ok
+}
+
 func (s *mapStore) Enabled() bool   { return !s.disabled }
 func (s *mapStore) MaxBytes() int64 { return 1 << 62 }
 
@@ -150,7 +157,11 @@ func TestPrefixCacheSameAnswers(t *testing.T) {
 					t.Fatal(err)
 				}
 				st := &Stats{}
-				h, err := cached.thinker(ctx, got.enc, st, nil)
+				pp, err := cached.Prepare(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				h, err := cached.thinker(ctx, pp, st, nil)
 				if err != nil {
 					t.Fatal(err)
 				}

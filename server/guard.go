@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/clefrt/clef/engine/api"
+	"github.com/clefrt/clef/internal/untrusted"
 )
 
 // DefaultBodyBudgetBytes bounds the bytes of all request bodies held at once
@@ -63,15 +64,15 @@ func newEdge(cfg Config) (*edge, error) {
 	for _, h := range cfg.AllowHosts {
 		h = strings.TrimSpace(h)
 		if h == "" || strings.ContainsAny(h, "/@?# ") {
-			return nil, fmt.Errorf("server: allowed host %s must be a host name or address, optionally with :port", quoteShort(h))
+			return nil, fmt.Errorf("server: allowed host %s must be a host name or address, optionally with :port", untrusted.Quote(h))
 		}
 		host, port := splitHost(h)
 		if host == "" {
-			return nil, fmt.Errorf("server: allowed host %s has no host", quoteShort(h))
+			return nil, fmt.Errorf("server: allowed host %s has no host", untrusted.Quote(h))
 		}
 		if port != "" {
 			if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 {
-				return nil, fmt.Errorf("server: allowed host %s has a bad port", quoteShort(h))
+				return nil, fmt.Errorf("server: allowed host %s has a bad port", untrusted.Quote(h))
 			}
 		}
 		e.allowHosts = append(e.allowHosts, hostPort{host, port})
@@ -79,7 +80,7 @@ func newEdge(cfg Config) (*edge, error) {
 	for _, o := range cfg.CORSOrigins {
 		n, ok := normalOrigin(strings.TrimSuffix(strings.TrimSpace(o), "/"))
 		if !ok {
-			return nil, fmt.Errorf("server: CORS origin %s must be scheme://host[:port] (http or https, no path; \"*\" is not allowed)", quoteShort(o))
+			return nil, fmt.Errorf("server: CORS origin %s must be scheme://host[:port] (http or https, no path; \"*\" is not allowed)", untrusted.Quote(o))
 		}
 		e.corsOrigins[n] = true
 	}
@@ -207,7 +208,7 @@ func (s *Server) check(w http.ResponseWriter, r *http.Request, p protocol, metho
 	if !e.hostAllowed(r.Host) {
 		writeError(w, p, &httpError{Status: http.StatusMisdirectedRequest, Code: codeForbidden,
 			Message: fmt.Sprintf("Host %s is not served here (only loopback names and addresses and the listen address are, against DNS rebinding); start clef serve with --allow-host %s to serve it",
-				quoteShort(r.Host), hostOnlyShort(r.Host))}, id)
+				untrusted.Quote(r.Host), hostOnlyShort(r.Host))}, id)
 		return false
 	}
 	cors := e.corsOrigin(r)
@@ -220,12 +221,12 @@ func (s *Server) check(w http.ResponseWriter, r *http.Request, p protocol, metho
 	}
 	if o := r.Header.Get("Origin"); o != "" && !cors && !sameOrigin(o, r.Host) {
 		writeError(w, p, &httpError{Status: http.StatusForbidden, Code: codeForbidden,
-			Message: fmt.Sprintf("cross-origin request from Origin %s refused; start clef serve with --cors-origin to allow a web page to call the daemon", quoteShort(o))}, id)
+			Message: fmt.Sprintf("cross-origin request from Origin %s refused; start clef serve with --cors-origin to allow a web page to call the daemon", untrusted.Quote(o))}, id)
 		return false
 	}
 	if crossSite(r) && !cors {
 		writeError(w, p, &httpError{Status: http.StatusForbidden, Code: codeForbidden,
-			Message: "cross-site request refused (Sec-Fetch-Site: " + quoteShort(r.Header.Get("Sec-Fetch-Site")) + ")"}, id)
+			Message: "cross-site request refused (Sec-Fetch-Site: " + untrusted.Quote(r.Header.Get("Sec-Fetch-Site")) + ")"}, id)
 		return false
 	}
 	if cors {
@@ -254,7 +255,7 @@ func checkContentType(r *http.Request) *httpError {
 		return nil
 	}
 	return &httpError{Status: http.StatusUnsupportedMediaType, Code: api.CodeNotJSON,
-		Message: fmt.Sprintf("Content-Type %s is not accepted: send Content-Type: application/json (curl: -H 'Content-Type: application/json', or --json)", quoteShort(ct))}
+		Message: fmt.Sprintf("Content-Type %s is not accepted: send Content-Type: application/json (curl: -H 'Content-Type: application/json', or --json)", untrusted.Quote(ct))}
 }
 
 // preflight answers a CORS preflight: 204 with the allowances for a
@@ -265,12 +266,12 @@ func (s *Server) preflight(w http.ResponseWriter, r *http.Request, p protocol, m
 		writeError(w, p, &httpError{Status: http.StatusForbidden, Code: codeForbidden, Message: msg}, id)
 	}
 	if !cors {
-		refuse(fmt.Sprintf("cross-origin request from Origin %s refused; start clef serve with --cors-origin to allow a web page to call the daemon", quoteShort(r.Header.Get("Origin"))))
+		refuse(fmt.Sprintf("cross-origin request from Origin %s refused; start clef serve with --cors-origin to allow a web page to call the daemon", untrusted.Quote(r.Header.Get("Origin"))))
 		return
 	}
 	want := r.Header.Get("Access-Control-Request-Method")
 	if method == "" || (want != method && !(method == http.MethodGet && want == http.MethodHead)) {
-		refuse(fmt.Sprintf("method %s is not served here", quoteShort(want)))
+		refuse(fmt.Sprintf("method %s is not served here", untrusted.Quote(want)))
 		return
 	}
 	for _, f := range strings.Split(r.Header.Get("Access-Control-Request-Headers"), ",") {
@@ -283,7 +284,7 @@ func (s *Server) preflight(w http.ResponseWriter, r *http.Request, p protocol, m
 			ok = ok || strings.EqualFold(f, a)
 		}
 		if !ok {
-			refuse(fmt.Sprintf("request header %s is not allowed", quoteShort(f)))
+			refuse(fmt.Sprintf("request header %s is not allowed", untrusted.Quote(f)))
 			return
 		}
 	}
@@ -312,14 +313,6 @@ func shutdownAllowed(r *http.Request) string {
 		return "shutdown is not allowed from another site without the bearer token"
 	}
 	return ""
-}
-
-// quoteShort quotes an untrusted string for a message, cut to 100 bytes.
-func quoteShort(s string) string {
-	if len(s) > 100 {
-		return strconv.Quote(s[:100]) + "…"
-	}
-	return strconv.Quote(s)
 }
 
 // hostOnlyShort is the host of a Host value, for a hint, shell-safe.

@@ -156,6 +156,9 @@ const (
 const (
 	defaultNormEps   = 1e-6
 	defaultRopeTheta = 1e6
+	// defaultPositionIDPerSeconds is the checkpoint's value (the transformers
+	// class default, 25, is a Qwen2.5-Omni leftover).
+	defaultPositionIDPerSeconds = 13
 )
 
 // textJSON is the JSON shape of a Qwen3-MoE text config.
@@ -218,7 +221,7 @@ func ParseThinker(data []byte) (Thinker, error) {
 	if len(tc.Text) > 0 && string(tc.Text) != "null" {
 		text = tc.Text
 	}
-	t := Thinker{Vision: tc.Vision, Audio: tc.Audio, Tokens: tc.Tokens, PositionIDPerSeconds: 13}
+	t := Thinker{Vision: tc.Vision, Audio: tc.Audio, Tokens: tc.Tokens, PositionIDPerSeconds: defaultPositionIDPerSeconds}
 	if tc.PositionIDPerSeconds != nil {
 		t.PositionIDPerSeconds = *tc.PositionIDPerSeconds
 	}

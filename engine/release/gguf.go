@@ -19,14 +19,7 @@ const GGUFArch = "qwen3moe"
 var GGUFArchitectures = []string{"qwen3moe", "qwen3vlmoe"}
 
 // IsDecoderArch reports whether arch is one of GGUFArchitectures.
-func IsDecoderArch(arch string) bool {
-	for _, a := range GGUFArchitectures {
-		if a == arch {
-			return true
-		}
-	}
-	return false
-}
+func IsDecoderArch(arch string) bool { return slices.Contains(GGUFArchitectures, arch) }
 
 // TextFromGGUF reads the decoder configuration from the metadata of a
 // llama.cpp qwen3moe or qwen3vlmoe GGUF ("<arch>.block_count", ...), with

@@ -165,6 +165,12 @@ func (r *Release) parseFiles(where string) error {
 	if r.Config.Thinker, err = ParseThinker(cj); err != nil {
 		return fmt.Errorf("release: %s: %w", where, err)
 	}
+	return r.parseParts(where)
+}
+
+// parseParts fills the head's and the processor's configuration from
+// r.Files, when they are there.
+func (r *Release) parseParts(where string) error {
 	if hj, ok := r.Files[HeadConfigFile]; ok {
 		h, err := ParseHead(hj)
 		if err != nil {
@@ -282,15 +288,11 @@ func (r *Release) parseGGUF() error {
 	}
 	// A llama.cpp GGUF, or a companion without the release's files (written
 	// from one): the decoder's configuration is in the backbone's metadata.
-	r.Config.Thinker = Thinker{Text: text, PositionIDPerSeconds: 13}
-	if hj, ok := r.Files[HeadConfigFile]; ok {
-		h, err := ParseHead(hj)
-		if err != nil {
-			return fmt.Errorf("release: %s: %w", r.Companion.Path, err)
-		}
-		r.Config.Head = &h
+	r.Config.Thinker = Thinker{Text: text, PositionIDPerSeconds: defaultPositionIDPerSeconds}
+	if r.Companion == nil {
+		return nil
 	}
-	return nil
+	return r.parseParts(r.Companion.Path)
 }
 
 // Tokenizer loads the model's tokenizer: tokenizer.json of a directory, the
