@@ -238,3 +238,51 @@ func TestFastDegenerate(t *testing.T) {
 		}
 	}
 }
+
+// TestSmallMagnitudesBounded quantizes blocks of small values, down to where
+// the fp16 super-block scales are subnormal, with the fast and the
+// exhaustive search: no value may come back further off than its block's
+// largest magnitude (the error of an all-zero block). A super-block scale
+// rounded to zero or far below its target once left q4_K and q5_K with a
+// minimum that no code could cancel (a fuzzer found it).
+func TestSmallMagnitudesBounded(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for trial := range 200 {
+		scale := math.Pow(10, -3-6*float64(trial)/200)
+		x := make([]float32, 512)
+		for i := range x {
+			switch rng.IntN(3) {
+			case 0:
+				x[i] = float32(rng.NormFloat64() * scale)
+			case 1:
+				x[i] = float32(rng.Float64() * scale)
+			default:
+				x[i] = float32(-rng.Float64() * scale / 10)
+			}
+		}
+		for typ, enc := range kEncoders {
+			f, _ := FormatOf(typ)
+			for _, imat := range [][]float32{nil, testImatrix(256)} {
+				for _, exhaustive := range []bool{false, true} {
+					n, _ := RowBytes(typ, len(x))
+					b := make([]byte, n)
+					enc(b, x, imat, exhaustive)
+					y := make([]float32, len(x))
+					f.Dequantize(y, b)
+					for o := 0; o < len(x); o += f.BlockElems {
+						var amax float64
+						for _, v := range x[o : o+f.BlockElems] {
+							amax = max(amax, math.Abs(float64(v)))
+						}
+						for i := o; i < o+f.BlockElems; i++ {
+							if d := math.Abs(float64(x[i] - y[i])); !(d <= amax*1.0001) {
+								t.Fatalf("%v imatrix=%v exhaustive=%v scale %.3g: value %d = %g comes back as %g (block max %g)",
+									typ, imat != nil, exhaustive, scale, i, x[i], y[i], amax)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}

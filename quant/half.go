@@ -76,3 +76,19 @@ func Float32ToBF16(f float32) uint16 {
 
 // roundF16 rounds f to the nearest binary16 value and widens it back.
 func roundF16(f float32) float32 { return Float16ToFloat32(Float32ToFloat16(f)) }
+
+// superScale returns the fp16 super-block scale for integer sub-block
+// scales up to smax: the value nearest maxV/smax, moved one step up when
+// rounding fell short by more than fp16's relative precision (2^-11), which
+// happens only below fp16's normal range. There the step is 2^-24, so
+// maxV/smax may round to zero or far below, every sub-block clamps at smax,
+// and an affine format is left with a minimum no code can cancel.
+func superScale(maxV float64, smax int) float32 {
+	d := roundF16(float32(maxV / float64(smax)))
+	if maxV > 0 && float64(d)*float64(smax) < maxV*(1-1.0/2048) {
+		if h := Float32ToFloat16(d); h < 0x7bff { // below the largest finite fp16
+			d = Float16ToFloat32(h + 1)
+		}
+	}
+	return d
+}

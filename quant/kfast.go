@@ -308,8 +308,8 @@ func quantizeKAffineFast(x, w []float32, sub, nmax, smax int, ef *effort, r *kAf
 	}
 	best := math.Inf(1)
 	var cur kAffine
-	cur.d = roundF16(float32(maxD / float64(smax)))
-	cur.dmin = roundF16(float32(maxM / float64(smax)))
+	cur.d = superScale(maxD, smax)
+	cur.dmin = superScale(maxM, smax)
 	if math.IsInf(float64(cur.d), 0) || math.IsInf(float64(cur.dmin), 0) {
 		*r = kAffine{}
 		return

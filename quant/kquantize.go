@@ -32,8 +32,8 @@ func quantizeKAffine(x, w []float32, sub, nmax, smax int, r *kAffine) {
 	}
 	best := math.Inf(1)
 	var cur kAffine
-	cur.d = roundF16(float32(maxD / float64(smax)))
-	cur.dmin = roundF16(float32(maxM / float64(smax)))
+	cur.d = superScale(maxD, smax)
+	cur.dmin = superScale(maxM, smax)
 	for j := 0; j < nsub; j++ {
 		cur.sc[j] = roundRatio(ds[j], cur.d, 0, smax)
 		cur.m[j] = roundRatio(ms[j], cur.dmin, 0, smax)
