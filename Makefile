@@ -40,11 +40,15 @@ test-arm64:
 
 ## test-emu: the Metal backend over the emulated GPU (the mslemu build tag):
 ## the conformance suite, the stacked-expert launches, selftest's checks, the
-## joint head's goldens on the emulated GPU.
+## joint head's goldens, the vision and audio towers' goldens, the composed
+## thinker's and the media records end to end through the engine on the
+## emulated GPU (of the last four packages only their *EmulatedMetal tests:
+## test-unit runs the rest).
 test-emu:
 	@command -v clang++-19 >/dev/null || { echo "clang++-19 missing (make deps, or apt-get install clang-19)"; exit 1; }
-	$(GO) vet -tags mslemu ./metal/... ./cmd/... ./engine/model/schemahead/
+	$(GO) vet -tags mslemu ./metal/... ./cmd/... ./engine/model/schemahead/ ./engine/model/vision/ ./engine/model/audio/ ./engine/model/omni/ ./engine/
 	$(GO) test -count=1 -tags mslemu ./metal/... ./engine/model/schemahead/
+	$(GO) test -count=1 -tags mslemu -run 'EmulatedMetal$$' ./engine/model/vision/ ./engine/model/audio/ ./engine/model/omni/ ./engine/
 
 ## test-load: the daemon's loopback load test at full size, 16 clients x 200
 ## decisions on the tiny model, 0 errors (plain go test runs 16 x 12).

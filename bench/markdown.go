@@ -51,15 +51,15 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		b.WriteString("## Per scenario\n\n")
 		for _, m := range r.Models {
 			fmt.Fprintf(&b, "### %s (%s, backend %s)\n\n", m.Name, m.Quant, m.Backend)
-			b.WriteString("| scenario | tokens | runs | p50 | p95 | p99 | tok/s | prefill tok/s | tokenize | encode | thinker | head | peak RSS |\n")
-			b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+			b.WriteString("| scenario | tokens | runs | p50 | p95 | p99 | tok/s | prefill tok/s | tokenize | encode | media decode | processors | thinker | of which towers | head | peak RSS |\n")
+			b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 			for _, s := range m.Scenarios {
 				fmt.Fprintf(&b, "| %s | %d | %d | %.1f | %.1f | %.1f | %.0f | %.0f |", s.Scenario, s.InputTokens, s.Runs,
 					s.Latency.P50, s.Latency.P95, s.Latency.P99, s.TokensPerSecond, s.PrefillTokensPerSecond)
 				if st := s.Stages; st != nil {
-					fmt.Fprintf(&b, " %.2f | %.2f | %.1f | %.1f |", st.Tokenize, st.Encode, st.Thinker, st.Head)
+					fmt.Fprintf(&b, " %.2f | %.2f | %.1f | %.1f | %.1f | %.1f | %.1f |", st.Tokenize, st.Encode, st.Decode, st.Processor, st.Thinker, st.Towers, st.Head)
 				} else {
-					b.WriteString(" – | – | – | – |")
+					b.WriteString(" – | – | – | – | – | – | – |")
 				}
 				fmt.Fprintf(&b, " %s |\n", humanBytes(s.PeakRSSBytes))
 			}

@@ -108,10 +108,13 @@ type Percentiles struct {
 
 // StagesMS are the mean time per stage in milliseconds.
 type StagesMS struct {
-	Tokenize float64 `json:"tokenize"`
-	Encode   float64 `json:"encode"`
-	Thinker  float64 `json:"thinker"` // the thinker forward
-	Head     float64 `json:"head"`
+	Tokenize  float64 `json:"tokenize"`
+	Encode    float64 `json:"encode"`
+	Decode    float64 `json:"decode"`    // the media decoders
+	Processor float64 `json:"processor"` // the image processor and log-mel
+	Thinker   float64 `json:"thinker"`   // the thinker forward (towers included)
+	Towers    float64 `json:"towers"`    // of thinker: the vision and audio towers
+	Head      float64 `json:"head"`
 }
 
 func newReport(cfg Config) *Report {

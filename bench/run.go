@@ -215,7 +215,10 @@ func measure(ctx context.Context, cfg Config, r Runner, mr *ModelReport, scenari
 				lat = append(lat, res.Latency)
 				st.Tokenize += res.Stages.Tokenize
 				st.Encode += res.Stages.Encode
+				st.Decode += res.Stages.Decode
+				st.Processor += res.Stages.Processor
 				st.Thinker += res.Stages.Thinker
+				st.Towers += res.Stages.Towers
 				st.Head += res.Stages.Head
 				tokens += rec.InputTokens
 			}
@@ -231,7 +234,8 @@ func measure(ctx context.Context, cfg Config, r Runner, mr *ModelReport, scenari
 			sr.TokensPerSecond = float64(tokens) / total.Seconds()
 		}
 		if inProcess {
-			sr.Stages = &StagesMS{Tokenize: ms(st.Tokenize / n), Encode: ms(st.Encode / n), Thinker: ms(st.Thinker / n), Head: ms(st.Head / n)}
+			sr.Stages = &StagesMS{Tokenize: ms(st.Tokenize / n), Encode: ms(st.Encode / n), Decode: ms(st.Decode / n), Processor: ms(st.Processor / n),
+				Thinker: ms(st.Thinker / n), Towers: ms(st.Towers / n), Head: ms(st.Head / n)}
 			if st.Thinker > 0 {
 				sr.PrefillTokensPerSecond = float64(tokens) / st.Thinker.Seconds()
 			}

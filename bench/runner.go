@@ -18,10 +18,11 @@ import (
 // Stages are the time of one decision per stage. Tokenize is the record
 // encoder run alone on the request (tokenizing every piece of the record);
 // Encode is the engine's own validation, tokenization and encoding;
-// Thinker the thinker forward; Head the joint schema head and softmax.
-// Over HTTP only the total is known.
+// Decode and Processor the media decoders and processors (images, audio);
+// Thinker the thinker forward, of which Towers the vision and audio towers;
+// Head the joint schema head and softmax. Over HTTP only the total is known.
 type Stages struct {
-	Tokenize, Encode, Thinker, Head time.Duration
+	Tokenize, Encode, Decode, Processor, Thinker, Towers, Head time.Duration
 }
 
 // Result is one decision as a runner saw it.
@@ -51,7 +52,11 @@ type InProcess struct {
 // Decide answers r and reports its stages.
 func (p *InProcess) Decide(ctx context.Context, r *Record) (*Result, error) {
 	t := time.Now()
-	if _, err := record.Encode(p.E.Tokenizer(), r.Req, p.MaxLength); err != nil {
+	if r.Media != nil {
+		if _, _, err := record.EncodeMedia(p.E.Tokenizer(), r.Req, p.MaxLength, *r.Media); err != nil {
+			return nil, err
+		}
+	} else if _, err := record.Encode(p.E.Tokenizer(), r.Req, p.MaxLength); err != nil {
 		return nil, err
 	}
 	tokenize := time.Since(t)
@@ -61,7 +66,7 @@ func (p *InProcess) Decide(ctx context.Context, r *Record) (*Result, error) {
 		return nil, err
 	}
 	res := &Result{Latency: time.Since(start), InputTokens: st.InputTokens,
-		Stages: Stages{Tokenize: tokenize, Encode: st.Encode, Thinker: st.Thinker, Head: st.Head}}
+		Stages: Stages{Tokenize: tokenize, Encode: st.Encode, Decode: st.Decode, Processor: st.Processor, Thinker: st.Thinker, Towers: st.Towers, Head: st.Head}}
 	res.Probs = ResponseProbs(resp)
 	return res, nil
 }

@@ -137,6 +137,9 @@ type Record struct {
 	StateTruncated bool
 	// QuestionTypes are the questions' types in request order (0 noul, 1 choice, 2 score).
 	QuestionTypes []int
+	// Media are the placeholder counts of a record with media (nil for a
+	// text record).
+	Media *record.Media
 }
 
 // InputTokens returns the mean record length of the scenario.

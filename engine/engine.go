@@ -23,6 +23,7 @@ import (
 
 	"github.com/clefrt/clef/engine/api"
 	"github.com/clefrt/clef/engine/backend"
+	"github.com/clefrt/clef/engine/model/omni"
 	"github.com/clefrt/clef/engine/model/qwen3moe"
 	"github.com/clefrt/clef/engine/model/schemahead"
 	"github.com/clefrt/clef/engine/record"
@@ -53,6 +54,11 @@ type Options struct {
 	// its schema tokens. *server.PrefixCache implements it; nil disables
 	// reuse, and so does a store whose Enabled method reports false.
 	PrefixCache PrefixStore
+	// AudioFullAttention makes the audio tower attend over each whole clip
+	// instead of its 104-token windows (what transformers 4.57 computed on
+	// eager/sdpa attention), for comparing with those older outputs; the
+	// windows are what the model was trained with.
+	AudioFullAttention bool
 }
 
 // Prefix is the thinker's stored state of a record's prefix (keys and
@@ -81,10 +87,13 @@ type PrefixStore interface {
 
 // Stats describes one Decide call.
 type Stats struct {
-	Encode  time.Duration // validation, tokenization and record encoding
-	Thinker time.Duration // the thinker forward (today the text decoder)
-	Head    time.Duration // the joint schema head and softmax
-	Total   time.Duration
+	Encode    time.Duration // validation, tokenization and record encoding
+	Decode    time.Duration // decoding the media (images, audio)
+	Processor time.Duration // the image processor and the log-mel
+	Thinker   time.Duration // the thinker forward: towers and decoder
+	Towers    time.Duration // of Thinker: the vision and audio towers and the composition
+	Head      time.Duration // the joint schema head and softmax
+	Total     time.Duration
 	// InputTokens is the record's length (usage.input_tokens).
 	InputTokens int
 	// StateTokens is how many state tokens were kept; StateTruncated whether
@@ -105,6 +114,8 @@ type Engine struct {
 	weights weights.Model
 	tok     *tokenizer.Tokenizer
 	decoder *qwen3moe.Model
+	towers  towers
+	tokens  release.Tokens // the thinker's special token ids
 	head    *schemahead.Head
 	lex     schemahead.Lexicon
 	mu      sync.Mutex
@@ -164,7 +175,8 @@ func (e *Engine) identify(path string) {
 	if st, err := os.Stat(path); err == nil {
 		stamp = fmt.Sprintf("%d/%d", st.Size(), st.ModTime().UnixNano())
 	}
-	e.ident = fmt.Sprintf("clef prefix v1\x00%s\x00%s\x00%+v\x00%s", path, stamp, e.decoder.Config, e.backend.Name())
+	e.ident = fmt.Sprintf("clef prefix v2\x00%s\x00%s\x00%+v\x00%s\x00%+v\x00%+v\x00%v", path, stamp, e.decoder.Config, e.backend.Name(),
+		e.towers.image, e.towers.sound, e.towers.audioAttention.FullAttention)
 	e.prefixLen = len(e.tok.Encode(record.Prefix))
 }
 
@@ -206,12 +218,18 @@ func assemble(r *release.Release, opts Options) (*Engine, error) {
 		b.Close()
 		return nil, fmt.Errorf("engine: %w", err)
 	}
-	// The joint head runs on the same backend.
+	// The joint head and the towers run on the same backend.
 	if err := head.Bind(b); err != nil {
 		b.Close()
 		return nil, fmt.Errorf("engine: %w", err)
 	}
-	return &Engine{opts: opts, backend: b, weights: r.Weights, tok: tok, decoder: decoder, head: head, lex: schemahead.TensorLexicon(lm)}, nil
+	tw, err := loadTowers(r, b, opts)
+	if err != nil {
+		b.Close()
+		return nil, err
+	}
+	return &Engine{opts: opts, backend: b, weights: r.Weights, tok: tok, decoder: decoder, towers: tw, tokens: r.Config.Thinker.Tokens,
+		head: head, lex: schemahead.TensorLexicon(lm)}, nil
 }
 
 // lmHead is the decoder table's row of the output embedding.
@@ -303,6 +321,10 @@ type Prepared struct {
 	// record cannot use the prefix cache.
 	prefix int
 	key    [32]byte
+	// media are the record's decoded and processed media (nil for a text
+	// record) and positions its 3-D positions (nil: plain text).
+	media     *mediaInput
+	positions [][3]int
 }
 
 // Tokens is the record's length (usage.input_tokens).
@@ -323,22 +345,38 @@ func (e *Engine) Prepare(req *api.Request) (*Prepared, error) {
 			return nil, err
 		}
 	}
-	if err := req.RefuseMedia(); err != nil {
-		return nil, err
-	}
-	enc, err := record.Encode(e.tok, req, e.opts.MaxLength)
+	md, err := e.readMedia(req)
 	if err != nil {
 		return nil, err
 	}
-	p := &Prepared{e: e, req: req, enc: enc}
+	p := &Prepared{e: e, req: req, media: md}
+	stateAt := e.prefixLen // where the state starts: after the record prefix and the media
+	if md == nil {
+		if p.enc, err = record.Encode(e.tok, req, e.opts.MaxLength); err != nil {
+			return nil, err
+		}
+	} else {
+		enc, pl, err := record.EncodeMedia(e.tok, req, e.opts.MaxLength, md.counts(e.towers.merge))
+		if err != nil {
+			return nil, err
+		}
+		if p.positions, err = omni.Positions(enc.InputIDs, e.tokens, md.layout(), e.towers.merge, e.towers.perSecond); err != nil {
+			return nil, fmt.Errorf("engine: %w", err)
+		}
+		p.enc, stateAt = enc, pl.End
+	}
+	enc := p.enc
 	if store := e.opts.PrefixCache; store != nil && store.Enabled() && e.decoder.CanResume() {
-		// The schema starts after the record prefix and the state (text
-		// records: no media); it is never empty, so P < len(InputIDs).
-		if P := e.prefixLen + enc.StateTokens; P > 0 && P < len(enc.InputIDs) && e.decoder.PrefixBytes(P) <= store.MaxBytes() {
-			p.prefix, p.key = P, e.prefixKey(enc.InputIDs[:P])
+		// The schema starts after the record prefix, the media and the
+		// state; it is never empty, so P < len(InputIDs).
+		if P := stateAt + enc.StateTokens; P > 0 && P < len(enc.InputIDs) && e.decoder.PrefixBytes(P) <= store.MaxBytes() {
+			p.prefix, p.key = P, e.prefixKey(enc.InputIDs[:P], md)
 		}
 	}
 	p.encode = time.Since(start)
+	if md != nil {
+		p.encode -= md.decode + md.process
+	}
 	return p, nil
 }
 
@@ -391,6 +429,9 @@ func (e *Engine) decide(ctx context.Context, req *api.Request) (*decision, error
 func (e *Engine) run(ctx context.Context, p *Prepared) (*decision, error) {
 	req, enc := p.req, p.enc
 	st := &Stats{Encode: p.encode}
+	if p.media != nil {
+		st.Decode, st.Processor = p.media.decode, p.media.process
+	}
 	st.InputTokens, st.StateTokens, st.StateTruncated = len(enc.InputIDs), enc.StateTokens, enc.StateTruncated
 
 	e.mu.Lock()
@@ -429,7 +470,7 @@ func (e *Engine) run(ctx context.Context, p *Prepared) (*decision, error) {
 	}
 	resp := api.Answer(req, enc, probs)
 	st.Head = time.Since(t)
-	st.Total = st.Encode + time.Since(start)
+	st.Total = st.Encode + st.Decode + st.Processor + time.Since(start)
 	if !st.PrefixHit {
 		e.speed.observe(st.InputTokens, st.Thinker+st.Head, 1, time.Now())
 	}
@@ -453,8 +494,22 @@ func (e *Engine) stopped(ctx context.Context, st *Stats, start time.Time, done f
 // and the prefix is stored.
 func (e *Engine) thinker(ctx context.Context, p *Prepared, st *Stats, progress func(done, total int)) ([]float32, error) {
 	ids, P := p.enc.InputIDs, p.prefix
+	// input is the whole record's decoder input: with media, the towers
+	// run and their rows replace the placeholders'.
+	input := func() (qwen3moe.Input, error) {
+		if p.media == nil {
+			return qwen3moe.Input{IDs: ids, Progress: progress}, nil
+		}
+		in, err := e.towerInput(ctx, p, st)
+		in.Progress = progress
+		return in, err
+	}
 	if P == 0 {
-		h, _, err := e.decoder.HiddenPrefix(ctx, qwen3moe.Input{IDs: ids, Progress: progress}, 0)
+		in, err := input()
+		if err != nil {
+			return nil, err
+		}
+		h, _, err := e.decoder.HiddenPrefix(ctx, in, 0)
 		return h, err
 	}
 	store := e.opts.PrefixCache
@@ -462,7 +517,11 @@ func (e *Engine) thinker(ctx context.Context, p *Prepared, st *Stats, progress f
 		defer pre.Release()
 		if pre.Len == P {
 			st.PrefixHit, st.CachedTokens = true, P
-			rest, _, err := e.decoder.HiddenPrefix(ctx, qwen3moe.Input{IDs: ids[P:], Past: pre, Progress: progress}, 0)
+			var pos [][3]int // nil: plain text positions after the prefix
+			if p.positions != nil {
+				pos = p.positions[P:]
+			}
+			rest, _, err := e.decoder.HiddenPrefix(ctx, qwen3moe.Input{IDs: ids[P:], Positions: pos, Past: pre, Progress: progress}, 0)
 			if err != nil {
 				return nil, err
 			}
@@ -470,7 +529,11 @@ func (e *Engine) thinker(ctx context.Context, p *Prepared, st *Stats, progress f
 			return append(append(hidden, pre.Hidden...), rest...), nil
 		}
 	}
-	hidden, pre, err := e.decoder.HiddenPrefix(ctx, qwen3moe.Input{IDs: ids, Progress: progress}, P)
+	in, err := input()
+	if err != nil {
+		return nil, err
+	}
+	hidden, pre, err := e.decoder.HiddenPrefix(ctx, in, P)
 	if err != nil {
 		return nil, err
 	}
@@ -478,8 +541,10 @@ func (e *Engine) thinker(ctx context.Context, p *Prepared, st *Stats, progress f
 	return hidden, nil
 }
 
-// prefixKey is the SHA-256 of the model's identity and the prefix's ids.
-func (e *Engine) prefixKey(ids []int) [32]byte {
+// prefixKey is the SHA-256 of the model's identity, the prefix's ids and,
+// for a record with media, the media's bytes (placeholder ids do not tell
+// two pictures of one size apart).
+func (e *Engine) prefixKey(ids []int, md *mediaInput) [32]byte {
 	h := sha256.New()
 	h.Write([]byte(e.ident))
 	var buf [8]byte
@@ -488,6 +553,10 @@ func (e *Engine) prefixKey(ids []int) [32]byte {
 	for _, id := range ids {
 		binary.LittleEndian.PutUint32(buf[:4], uint32(id))
 		h.Write(buf[:4])
+	}
+	if md != nil {
+		h.Write([]byte("media\x00"))
+		h.Write(md.digest[:])
 	}
 	var k [32]byte
 	h.Sum(k[:0])

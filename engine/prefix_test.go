@@ -216,14 +216,14 @@ func TestPrefixCacheGolden(t *testing.T) {
 func TestPrefixCacheKeys(t *testing.T) {
 	ctx := context.Background()
 	e := open(t, "release", Options{})
-	k := e.prefixKey([]int{1, 2, 3})
+	k := e.prefixKey([]int{1, 2, 3}, nil)
 	for _, ids := range [][]int{{1, 2}, {1, 2, 4}, {1, 2, 3, 0}, {3, 2, 1}} {
-		if e.prefixKey(ids) == k {
+		if e.prefixKey(ids, nil) == k {
 			t.Errorf("ids %v share the key of [1 2 3]", ids)
 		}
 	}
 	bf := open(t, "release-bf16", Options{})
-	if bf.prefixKey([]int{1, 2, 3}) == k {
+	if bf.prefixKey([]int{1, 2, 3}, nil) == k {
 		t.Error("two models share a key")
 	}
 

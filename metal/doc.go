@@ -10,7 +10,7 @@
 //     view with an expert stride, a parted one a view per expert), Upload,
 //     Read, Free and the launch plumbing.
 //   - matmul.go (matmul.metal): MatMul (mat-vec or simdgroup-matrix tiles),
-//     Embed (get_rows_*).
+//     Embed (get_rows_*), GatherBlend (gather_blend_*).
 //   - moe.go (moe.metal, mul_mm_id_*): Route and MoE: token lists built on
 //     the device, one gathered launch per projection for a contiguous stack,
 //     one launch per expert for a parted one.

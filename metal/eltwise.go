@@ -71,6 +71,29 @@ func (b *Backend) AddRows(x *backend.Tensor, rows []int, y *backend.Tensor) (*ba
 	return wrapT(o), err
 }
 
+// Im2Col unfolds x [N*H*W, C] (channels-last) for a convolution of
+// geometry g into out [N*OH*OW, C*KH*KW] (im2col_f32: one thread per output
+// value, 0 for taps in the padding).
+func (b *Backend) Im2Col(x *backend.Tensor, g backend.Conv2D) (*backend.Tensor, error) {
+	xh, err := b.act(x, "Im2Col x")
+	if err != nil {
+		return nil, err
+	}
+	if err := g.Check(xh.rows, xh.cols); err != nil {
+		return nil, fmt.Errorf("metal: Im2Col: %w", err)
+	}
+	oh, ow := g.Out()
+	rows, cols := g.N*oh*ow, g.C*g.KH*g.KW
+	o, err := b.newAct(rows, cols)
+	if err != nil {
+		return nil, err
+	}
+	a := shaders.KargsIm2Col{N: int32(g.N), H: int32(g.H), W: int32(g.W), C: int32(g.C), KH: int32(g.KH), KW: int32(g.KW),
+		SH: int32(g.SH), SW: int32(g.SW), PH: int32(g.PH), PW: int32(g.PW), OH: int32(oh), OW: int32(ow)}
+	err = b.run("im2col_f32", [3]int{groups(rows*cols, 256), 1, 1}, [3]int{256, 1, 1}, shaders.Bytes(&a), in(1, xh), out(2, o))
+	return wrapT(o), err
+}
+
 // GELU applies GELU elementwise: gelu_f32 (exact, erf) or gelu_tanh_f32.
 func (b *Backend) GELU(x *backend.Tensor, kind backend.GELUKind) (*backend.Tensor, error) {
 	xh, err := b.act(x, "GELU x")

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/clefrt/clef/engine/backend"
+	"github.com/clefrt/clef/quant"
 	"github.com/clefrt/clef/shaders"
 )
 
@@ -43,6 +44,48 @@ func (b *Backend) Embed(table *backend.Tensor, ids []int) (*backend.Tensor, erro
 	err = b.run("get_rows_"+suffix, [3]int{len(ids), 1, 1}, [3]int{64, 1, 1}, shaders.Bytes(&a),
 		in(1, w), arg{Index: 2, Buf: sBuf, Off: sOff}, arg{Index: 3, Buf: bBuf, Off: bOff},
 		arg{Index: 4, Buf: idb}, out(5, y))
+	return wrapT(y), err
+}
+
+// GatherBlend returns out [len(ids)/k, n] whose row i is the weighted sum
+// of the k table rows ids[i*k:(i+1)*k] (gather_blend_*: one threadgroup per
+// output row; the table a bound F32/F16/BF16 weight or an activation).
+func (b *Backend) GatherBlend(table *backend.Tensor, ids []int, weights []float32, k int) (*backend.Tensor, error) {
+	w, err := b.handle(table, "GatherBlend table")
+	if err != nil {
+		return nil, err
+	}
+	if w.typ != quant.F32 && w.typ != quant.F16 && w.typ != quant.BF16 {
+		return nil, fmt.Errorf("metal: GatherBlend: table is %v (want F32, F16 or BF16)", w.typ)
+	}
+	if err := backend.CheckBlend(ids, weights, k, w.rows); err != nil {
+		return nil, fmt.Errorf("metal: GatherBlend: %w", err)
+	}
+	suffix, err := kernelSuffix(w.typ)
+	if err != nil {
+		return nil, err
+	}
+	m := len(ids) / k
+	y, err := b.newAct(m, w.cols)
+	if err != nil {
+		return nil, err
+	}
+	if m == 0 || w.cols == 0 {
+		return wrapT(y), nil
+	}
+	idb, err := b.hostInts(ids)
+	if err != nil {
+		return nil, err
+	}
+	defer b.dev.Release(idb)
+	wb, err := b.dev.Upload(f32Bytes(weights))
+	if err != nil {
+		return nil, err
+	}
+	defer b.dev.Release(wb)
+	a := shaders.KargsGatherBlend{NOut: int32(m), Cols: int32(w.cols), K: int32(k), NRows: int32(w.rows), RowBytes: uint64(w.rowBytes)}
+	err = b.run("gather_blend_"+suffix, [3]int{m, 1, 1}, [3]int{64, 1, 1}, shaders.Bytes(&a),
+		in(1, w), arg{Index: 2, Buf: idb}, arg{Index: 3, Buf: wb}, out(4, y))
 	return wrapT(y), err
 }
 

@@ -190,6 +190,37 @@ func SelfTest(ctx context.Context, w io.Writer, b, ref backend.Backend, opts Sel
 			}
 			return be.AddRows(s, []int{L - 1, 0, L / 2}, y)
 		}})
+	// The vision tower's position embeddings (a 48x48 grid of 1152, bf16)
+	// interpolated bilinearly to L patches, and the audio tower's second
+	// convolution (3x3, stride 2, 480 channels) unfolded.
+	const grid, vdim = 48, 1152
+	posT := weight(quant.BF16, grid*grid, vdim)
+	pids := make([]int, 4*L)
+	pws := make([]float32, 4*L)
+	for i := 0; i < L; i++ {
+		y, x := rng.IntN(grid-1), rng.IntN(grid-1)
+		dy, dx := float32(rng.Float64()), float32(rng.Float64())
+		copy(pids[4*i:], []int{y*grid + x, y*grid + x + 1, (y+1)*grid + x, (y+1)*grid + x + 1})
+		copy(pws[4*i:], []float32{(1 - dy) * (1 - dx), (1 - dy) * dx, dy * (1 - dx), dy * dx})
+	}
+	checks = append(checks, check{name: fmt.Sprintf("gather_blend_bf16 %d rows of %d, k=4", L, vdim), tol: 1e-10,
+		run: func(be backend.Backend) (*backend.Tensor, error) {
+			t, err := be.Weight(posT)
+			if err != nil {
+				return nil, err
+			}
+			return be.GatherBlend(t, pids, pws, 4)
+		}})
+	conv := backend.Conv2D{N: 2, H: 16, W: 25, C: 480, KH: 3, KW: 3, SH: 2, SW: 2, PH: 1, PW: 1}
+	cx := randn(conv.N*conv.H*conv.W*conv.C, 1)
+	checks = append(checks, check{name: fmt.Sprintf("im2col_f32 %dx%dx%dx%d 3x3 stride 2", conv.N, conv.H, conv.W, conv.C), tol: 0,
+		run: func(be backend.Backend) (*backend.Tensor, error) {
+			x, err := be.Upload(cx, conv.N*conv.H*conv.W, conv.C)
+			if err != nil {
+				return nil, err
+			}
+			return be.Im2Col(x, conv)
+		}})
 	const E, topk = 16, 4
 	ffn := 256
 	logits := make([]float32, L*E)

@@ -6,7 +6,9 @@
 #  - anything but a backend implementation itself and cmd imports a backend
 #    implementation (cpu, metal): only the command registers backends,
 #  - the daemon (server) imports metal,
-#  - engine/api (the wire contract) imports engine internals.
+#  - engine/api (the wire contract) imports engine internals,
+#  - engine/media imports anything of the module (a leaf), or engine/processor
+#    imports model, backend or request code.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mod=$(go list -m)
@@ -19,6 +21,8 @@ check() { # pkg-pattern forbidden-regex message
 }
 check "./quant/..."          "^$mod/(engine|cmd|server|metal|bench)"                     "quant is a leaf package"
 check "./engine/model/..."   "^$mod/(engine/(cpu|media)|metal)(/|$)|^image(/|$)"          "model code never imports a backend or media code"
+check "./engine/media/..."    "^$mod/"                                                    "media decoding is a leaf package"
+check "./engine/processor/..." "^$mod/(engine/(cpu|model|backend|api|record)|metal|server|cmd)(/|$)" "the processors read decoded media and settings only"
 check "./engine/weights/..." "^$mod/(engine/(cpu|model|release|tokenizer|record|api|convert)|metal|server)(/|$)" "weights know containers, not models or backends"
 check "./server/..."         "^$mod/metal(/|$)"                                          "the daemon never imports metal"
 check "./engine/api/..."     "^$mod/(engine/(cpu|model|weights|tokenizer|backend|release)|metal|server|cmd)" "engine/api is the wire contract: no engine internals"

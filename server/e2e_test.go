@@ -80,7 +80,9 @@ func pyRender(t testing.TB, data []byte) string {
 
 // The daemon answers every text golden byte for byte on the SystemOne
 // route, and with the same result in the envelope on the Workers AI route
-// (where the hosted checks allow the request); media records get a 422.
+// (where the hosted checks allow the request), the media records (a WAV
+// clip; a PNG and a WAV clip as data URLs) included. Broken media items get
+// a 422 naming the item, with code 5012 on the Workers AI route.
 func TestEndToEndTinyModel(t *testing.T) {
 	_, base := tinyServer(t, Config{})
 	in, out := workersAISchemas(t)
@@ -95,12 +97,6 @@ func TestEndToEndTinyModel(t *testing.T) {
 				t.Skipf("encoded with max_length %d; the daemon uses %d", c.MaxLength, engine.DefaultMaxLength)
 			}
 			r := post(t, base+soPath, string(c.Request))
-			if len(c.Media) > 0 && string(c.Media) != "null" {
-				if r.status != 422 || !strings.Contains(string(r.body), "not supported yet") {
-					t.Fatalf("media record: %d %s", r.status, r.body)
-				}
-				return
-			}
 			if r.status != 200 {
 				t.Fatalf("systemone: %d %s", r.status, r.body)
 			}
@@ -123,8 +119,22 @@ func TestEndToEndTinyModel(t *testing.T) {
 			}
 		})
 	}
-	if answered < 15 {
+	if answered < 17 {
 		t.Fatalf("only %d goldens answered", answered)
+	}
+	q := `"questions":{"q":{"type":"noul","instructions":"x"}}`
+	png := "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC" // 1x1 RGB
+	for _, m := range []struct{ path, media, want string }{
+		{waiPath, `"images":["data:image/png;base64,AAAA"]`, `images[0]: `},
+		{soPath, `"images":["data:image/png;base64,` + png + `","data:image/png;base64,` + png[:40] + `"]`, `images[1]: `},
+		{waiPath, `"images":[{"content_type":"image/png","base64":"R0lGODlhAQABAAAAACw="}]`, `images[0]: `},
+		{soPath, `"audio":["data:audio/wav;base64,UklGRiQAAABXQVZFZm10IBAAAAABAAEAQB8AAIA+AAACABAAZGF0YQAAAAA="]`, `audio[0]: `},
+		{waiPath, `"audio":[{"content_type":"audio/mpeg","base64":"` + png + `"}]`, `audio[0]: `},
+	} {
+		r := post(t, base+m.path, `{"model":"clef-omni","state":"s",`+q+`,`+m.media+`}`)
+		if r.status != 422 || !strings.Contains(string(r.body), m.want) || !strings.Contains(string(r.body), "5012") {
+			t.Errorf("%s %.60s: %d %s, want a 422 (5012) naming %s", m.path, m.media, r.status, r.body, m.want)
+		}
 	}
 	// A schema that alone does not fit the context is a 413 on both routes.
 	long := `{"model":"clef-omni","state":"s","questions":{"q":{"type":"noul","instructions":"` + strings.Repeat("why ", 70000) + `"}}}`

@@ -413,7 +413,9 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, p protocol) (b
 	limit := s.cfg.MaxBodyBytes
 	hosted := (p == workersAI || s.cfg.Strict) && limit >= api.MaxBodyBytes
 	if hosted {
-		limit = api.MaxBodyBytes
+		// The text is checked against the hosted limit once parsed
+		// (Server.parse); the media may add their own allowance.
+		limit = min(limit, api.MaxBodyBytes+api.MaxMediaBodyBytes)
 	}
 	tooLarge := func(n int64) *httpError {
 		e := &httpError{Status: http.StatusRequestEntityTooLarge, Code: api.CodeTooLong}

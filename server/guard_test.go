@@ -357,7 +357,7 @@ func TestExpectContinueHugeBody(t *testing.T) {
 		path   string
 		length int64
 		code   string
-	}{{soPath, 100 << 20, `"code":5021`}, {waiPath, 100 << 20, `"code":5021`}, {acctWAI, api.MaxBodyBytes + 1, `"code":5021`}} {
+	}{{soPath, 100 << 20, `"code":5021`}, {waiPath, 100 << 20, `"code":5021`}, {acctWAI, api.MaxBodyBytes + api.MaxMediaBodyBytes + 1, `"code":5021`}} {
 		req := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nExpect: 100-continue\r\n\r\n", c.path, hostOf(ts), c.length)
 		got := rawExchange(t, hostOf(ts), req, false, 2*time.Second)
 		if strings.Contains(got, "100 Continue") {
@@ -586,6 +586,20 @@ func TestHostedBodySizeRule(t *testing.T) {
 	// Strict applies the hosted checks on /v1/systemone too.
 	if r := post(t, strict.URL+soPath, `{"model":"clef-omni","state":1,"questions":{"a b":{"type":"noul","instructions":"x"}}}`); r.status != 422 {
 		t.Errorf("systemone under strict, bad id: %d %s", r.status, r.body)
+	}
+	// Media are not text: a body past the limit only by its media is read
+	// and answered; its text alone past the limit is a 413.
+	media := func(body string, n int) string {
+		return strings.TrimSuffix(body, "}") + `,"images":["data:image/png;base64,` + strings.Repeat("A", n) + `"]}`
+	}
+	for _, p := range []string{waiPath, acctWAI} {
+		if r := post(t, ts.URL+p, media(mk(api.MaxBodyBytes-100), 4<<20)); r.status != 200 {
+			t.Errorf("%s: 4 MiB of image beside text near the limit: %d %s", p, r.status, r.body[:min(len(r.body), 300)])
+		}
+		r := post(t, ts.URL+p, media(over, 1000))
+		if code, msg := errorCode(t, true, r); r.status != 413 || code != api.CodeTooLong || !strings.Contains(msg, "bytes of text") {
+			t.Errorf("%s: text past the limit beside an image: %d %d %q", p, r.status, code, msg)
+		}
 	}
 }
 

@@ -251,6 +251,14 @@ func (s *Server) parse(p protocol, body []byte) (req *api.Request, ignored []str
 	if err != nil {
 		return nil, nil, err
 	}
+	// The hosted API estimates (body bytes)/4 tokens; pictures and sound
+	// are not text (readBody read them within their own allowance).
+	if hosted := p == workersAI || s.cfg.Strict; hosted && s.cfg.MaxBodyBytes >= api.MaxBodyBytes {
+		if n := req.TextBodyBytes(len(body)); n > api.MaxBodyBytes {
+			return nil, nil, &api.Error{Status: http.StatusRequestEntityTooLarge, Code: api.CodeTooLong,
+				Message: fmt.Sprintf("request too large: %d bytes of text is about %d tokens, more than %d", n, n/4, api.MaxBodyBytes/4)}
+		}
+	}
 	switch {
 	case p == workersAI && !s.cfg.Strict:
 		if err := checkWorkersAIModel(req); err != nil {
@@ -270,7 +278,7 @@ func (s *Server) parse(p protocol, body []byte) (req *api.Request, ignored []str
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := req.RefuseMedia(); err != nil {
+	if err := req.RefuseMedia("video input is not supported yet by this runtime (images and audio are)", "videos"); err != nil {
 		return nil, nil, err
 	}
 	return req, ignored, nil

@@ -180,3 +180,29 @@ kernel void span_means_f32(constant kargs_eltwise &args [[buffer(0)]],
     y[i] = acc / float(hi - lo);
   }
 }
+
+// Im2Col: y[(n, oy, ox)][(ch, ky, kx)] = x[n, oy*sh-ph+ky, ox*sw-pw+kx, ch]
+// for x [n*h*w][c] channels-last, 0 for taps in the padding; y is
+// [n*oh*ow][c*kh*kw] (the host keeps it below 2^31 values). One thread per
+// element of y: consecutive threads write consecutive columns.
+kernel void im2col_f32(constant kargs_im2col &args [[buffer(0)]],
+                       device const float *x [[buffer(1)]],
+                       device float *y [[buffer(2)]],
+                       uint i [[thread_position_in_grid]]) {
+  const int taps = args.kh * args.kw;
+  const int cols = args.c * taps;
+  const int pix = args.oh * args.ow;
+  if ((long)i >= (long)args.n * pix * cols) {
+    return;
+  }
+  const int row = (int)(i / (uint)cols), col = (int)(i % (uint)cols);
+  const int ch = col / taps, t = col % taps;
+  const int n = row / pix, p = row % pix;
+  const int iy = (p / args.ow) * args.sh - args.ph + t / args.kw;
+  const int ix = (p % args.ow) * args.sw - args.pw + t % args.kw;
+  float v = 0.0f;
+  if (iy >= 0 && iy < args.h && ix >= 0 && ix < args.w) {
+    v = x[(((ulong)n * args.h + iy) * args.w + ix) * args.c + ch];
+  }
+  y[i] = v;
+}

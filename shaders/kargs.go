@@ -63,6 +63,33 @@ type KargsGetRows struct {
 	_         int32
 }
 
+// KargsGatherBlend mirrors kargs_gather_blend.
+type KargsGatherBlend struct {
+	_        structs.HostLayout
+	NOut     int32
+	Cols     int32
+	K        int32
+	NRows    int32
+	RowBytes uint64
+}
+
+// KargsIm2Col mirrors kargs_im2col.
+type KargsIm2Col struct {
+	_  structs.HostLayout
+	N  int32
+	H  int32
+	W  int32
+	C  int32
+	KH int32
+	KW int32
+	SH int32
+	SW int32
+	PH int32
+	PW int32
+	OH int32
+	OW int32
+}
+
 // KargsMatmul mirrors kargs_matmul.
 type KargsMatmul struct {
 	_            structs.HostLayout
@@ -114,7 +141,8 @@ type KargsAttn struct {
 
 // Kargs is any of the argument structs.
 type Kargs interface {
-	KargsEltwise | KargsNorm | KargsRope | KargsAddRows | KargsGetRows | KargsMatmul | KargsMoe | KargsAttn
+	KargsEltwise | KargsNorm | KargsRope | KargsAddRows | KargsGetRows | KargsGatherBlend | KargsIm2Col | KargsMatmul | KargsMoe |
+		KargsAttn
 }
 
 // Bytes returns the in-memory bytes of a, as setBytes sends them (the

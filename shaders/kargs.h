@@ -67,6 +67,35 @@ typedef struct {
   KARGS_INT _pad;
 } kargs_get_rows;
 
+// Weighted row gather (GatherBlend): y[i][:] = sum over j < k of
+// weights[i*k+j] * w[ids[i*k+j]][:], the products rounded to float and
+// summed in j order; w is f32, f16 or bf16.
+typedef struct {
+  KARGS_INT n_out;       // rows of y
+  KARGS_INT cols;
+  KARGS_INT k;           // terms per row of y
+  KARGS_INT n_rows;      // rows of w (ids are checked against it)
+  KARGS_ULONG row_bytes; // bytes per row of w
+} kargs_gather_blend;
+
+// Im2Col: x [n*h*w][c] (channels-last) unfolded for a kh x kw convolution
+// with strides sh, sw and zero padding ph, pw into y [n*oh*ow][c*kh*kw],
+// column (channel, ky, kx).
+typedef struct {
+  KARGS_INT n;  // images
+  KARGS_INT h;  // rows of a picture
+  KARGS_INT w;  // columns of a picture
+  KARGS_INT c;  // channels
+  KARGS_INT kh;
+  KARGS_INT kw;
+  KARGS_INT sh;
+  KARGS_INT sw;
+  KARGS_INT ph;
+  KARGS_INT pw;
+  KARGS_INT oh; // (h + 2 ph - kh) / sh + 1
+  KARGS_INT ow; // (w + 2 pw - kw) / sw + 1
+} kargs_im2col;
+
 // y[n][m] = sum_k x[n][k] * W[m][k]: W is [M][K] in a storage format, x and y
 // are f32. The _id variants run one matrix per expert over the token rows the
 // expert was routed (see kargs_moe and moe_map).

@@ -13,14 +13,16 @@ import (
 
 // goKargs maps each C struct of kargs.h to its Go mirror.
 var goKargs = map[string]reflect.Type{
-	"kargs_eltwise":  reflect.TypeFor[KargsEltwise](),
-	"kargs_norm":     reflect.TypeFor[KargsNorm](),
-	"kargs_rope":     reflect.TypeFor[KargsRope](),
-	"kargs_add_rows": reflect.TypeFor[KargsAddRows](),
-	"kargs_get_rows": reflect.TypeFor[KargsGetRows](),
-	"kargs_matmul":   reflect.TypeFor[KargsMatmul](),
-	"kargs_moe":      reflect.TypeFor[KargsMoe](),
-	"kargs_attn":     reflect.TypeFor[KargsAttn](),
+	"kargs_eltwise":      reflect.TypeFor[KargsEltwise](),
+	"kargs_norm":         reflect.TypeFor[KargsNorm](),
+	"kargs_rope":         reflect.TypeFor[KargsRope](),
+	"kargs_add_rows":     reflect.TypeFor[KargsAddRows](),
+	"kargs_get_rows":     reflect.TypeFor[KargsGetRows](),
+	"kargs_gather_blend": reflect.TypeFor[KargsGatherBlend](),
+	"kargs_im2col":       reflect.TypeFor[KargsIm2Col](),
+	"kargs_matmul":       reflect.TypeFor[KargsMatmul](),
+	"kargs_moe":          reflect.TypeFor[KargsMoe](),
+	"kargs_attn":         reflect.TypeFor[KargsAttn](),
 }
 
 // TestKargsMirror compiles kargs.h with clang, prints the size of

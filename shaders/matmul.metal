@@ -21,6 +21,10 @@
 //                    start e * expert_bytes after buffer 1 (2, 3: scales,
 //                    biases, e * s_expert_bytes).
 //   get_rows_<fmt>:  the embedding gather, one threadgroup per id.
+//   gather_blend_<fmt>: f32, f16 and bf16 only: y[i] = sum over j < k of
+//                    weights[i*k+j] * W[ids[i*k+j]] (the vision tower's
+//                    bilinear position embeddings), one threadgroup per row
+//                    of y.
 // K must be a whole number of blocks for the block formats (32 for MLX
 // groups); the float formats take any K.
 #include <metal_stdlib>
@@ -248,6 +252,55 @@ static inline void get_rows_impl(constant kargs_get_rows &args, device const uch
     yr[e] = F::dq1(wr, sr, br, e, args.group_size, args.scale_bf16);
   }
 }
+
+template <typename F>
+static inline void gather_blend_impl(constant kargs_gather_blend &args, device const uchar *w, device const int *ids,
+                                     device const float *weights, device float *y, uint3 tgpig, ushort tiitg,
+                                     ushort ntg) {
+  const int i = tgpig.x;
+  if (i >= args.n_out) {
+    return;
+  }
+  device float *yr = y + (ulong)i * args.cols;
+  device const int *id = ids + (ulong)i * args.k;
+  device const float *wt = weights + (ulong)i * args.k;
+  for (int j = 0; j < args.k; j++) {
+    if (id[j] < 0 || id[j] >= args.n_rows) {
+      // An id out of range is a host bug (the host checks them); make it
+      // loud instead of reading outside the table. Uniform over the group.
+      for (int c = tiitg; c < args.cols; c += ntg) {
+        yr[c] = NAN;
+      }
+      return;
+    }
+  }
+  for (int c = tiitg; c < args.cols; c += ntg) {
+    // Each product rounded to float, summed in j order (torch's
+    // embed(idx) * w, then the sum of the k terms). The emulator compiles
+    // without FMA contraction; Apple's compiler may fuse a product into the
+    // sum (within float rounding of the CPU backend's bits).
+    device const uchar *r0 = w + (ulong)id[0] * args.row_bytes;
+    float acc = wt[0] * F::dq1(r0, r0, r0, c, 0, 0);
+    for (int j = 1; j < args.k; j++) {
+      device const uchar *r = w + (ulong)id[j] * args.row_bytes;
+      const float p = wt[j] * F::dq1(r, r, r, c, 0, 0);
+      acc += p;
+    }
+    yr[c] = acc;
+  }
+}
+
+// gather_blend_*: 0 args, 1 W, 2 ids [n_out * k], 3 weights [n_out * k]
+// (f32), 4 y; grid (n_out, 1, 1), any threadgroup size.
+#define GB_PARAMS                                                                                       \
+  constant kargs_gather_blend &args [[buffer(0)]], device const uchar *w [[buffer(1)]],                \
+      device const int *ids [[buffer(2)]], device const float *weights [[buffer(3)]],                   \
+      device float *y [[buffer(4)]], uint3 tgpig [[threadgroup_position_in_grid]],                      \
+      ushort tiitg [[thread_index_in_threadgroup]], ushort ntg [[threads_per_threadgroup]]
+
+kernel void gather_blend_f32(GB_PARAMS) { gather_blend_impl<fmt_f32>(args, w, ids, weights, y, tgpig, tiitg, ntg); }
+kernel void gather_blend_f16(GB_PARAMS) { gather_blend_impl<fmt_f16>(args, w, ids, weights, y, tgpig, tiitg, ntg); }
+kernel void gather_blend_bf16(GB_PARAMS) { gather_blend_impl<fmt_bf16>(args, w, ids, weights, y, tgpig, tiitg, ntg); }
 
 // Every entry point binds: 0 args, 1 W (or its packed codes), 2 MLX scales,
 // 3 MLX biases (bind W again for ggml formats), 4 x / ids, 5 y; mul_mm_id

@@ -29,7 +29,7 @@ type benchFlags struct {
 	states, questions, options    string
 	records                       int
 	seed                          uint64
-	scenarios                     string
+	scenarios, media              string
 	reps, warmup                  int
 	out                           string
 	backend                       string
@@ -77,6 +77,7 @@ States: 256, 1k (1024), 4k, 16k tokens, or 64k (fills --max-length).`,
 	fl.StringVar(&f.options, "options", "4", "options per choice question (2..255; scores get min(n,10) levels, nouls 2)")
 	fl.IntVar(&f.records, "records", 1, "different records per scenario")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the synthetic records")
+	fl.StringVar(&f.media, "media", "", "media scenarios to run too (alone unless grid flags are also given): image (a 1280x800 JPEG), audio (a 30 s WAV), image+audio, audio300 (300 s)")
 	fl.StringVar(&f.scenarios, "scenarios", "", "JSONL of SystemOne requests to run too (alone unless grid flags are also given)")
 	fl.IntVar(&f.reps, "reps", 3, "measured runs of every record")
 	fl.IntVar(&f.warmup, "warmup", 1, "warm-up runs of every record")
@@ -133,7 +134,11 @@ func runBench(cmd *cobra.Command, f *benchFlags) error {
 	if f.url != "" && (f.quants != "" || f.synthetic != "") {
 		return usage(fmt.Errorf("--url benchmarks a running daemon: --quants and --synthetic-real-shape do not apply"))
 	}
-	grid := f.scenarios == "" || cmd.Flags().Changed("states") || cmd.Flags().Changed("questions") || cmd.Flags().Changed("options")
+	kinds, err := bench.ParseMedia(f.media)
+	if err != nil {
+		return usage(err)
+	}
+	grid := (f.scenarios == "" && f.media == "") || cmd.Flags().Changed("states") || cmd.Flags().Changed("questions") || cmd.Flags().Changed("options")
 
 	var cleanups []func()
 	defer func() {
@@ -197,6 +202,13 @@ func runBench(cmd *cobra.Command, f *benchFlags) error {
 				return nil, nil, err
 			}
 			all, skipped = s, sk
+		}
+		if len(kinds) > 0 {
+			s, err := bench.BuildMedia(tok, kinds, f.maxLength, f.seed)
+			if err != nil {
+				return nil, nil, err
+			}
+			all = append(all, s...)
 		}
 		if f.scenarios != "" {
 			fh, err := os.Open(f.scenarios)

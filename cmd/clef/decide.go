@@ -15,6 +15,7 @@ import (
 
 	"github.com/clefrt/clef/engine"
 	"github.com/clefrt/clef/engine/api"
+	"github.com/clefrt/clef/engine/media"
 	"github.com/clefrt/clef/engine/pyjson"
 	"github.com/clefrt/clef/engine/tinymodel"
 )
@@ -37,6 +38,7 @@ type decideFlags struct {
 	backend       string
 	threads       int
 	strict        bool
+	images, audio []string // local files to attach
 }
 
 func (f *decideFlags) register(cmd *cobra.Command) {
@@ -48,6 +50,67 @@ func (f *decideFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.backend, "backend", "", "compute backend (cpu, metal); default: the best available")
 	fl.IntVar(&f.threads, "threads", 0, "CPU threads (0: all cores)")
 	fl.BoolVar(&f.strict, "strict", false, "also apply the hosted Workers AI limits to the request")
+	fl.StringArrayVar(&f.images, "image", nil, "attach a local PNG, JPEG or WebP file to the request's images (repeatable; after any the request carries)")
+	fl.StringArrayVar(&f.audio, "audio", nil, "attach a local WAV or MP3 file to the request's audio (repeatable; after any the request carries)")
+}
+
+// attach adds the files of --image and --audio to req as {content_type,
+// base64} items, the content type named from the bytes.
+func (f *decideFlags) attach(req *api.Request) error {
+	for _, a := range []struct {
+		field string
+		files []string
+	}{{"images", f.images}, {"audio", f.audio}} {
+		for _, name := range a.files {
+			data, err := readMediaFile(name)
+			if err != nil {
+				return err
+			}
+			if err := req.AddMedia(a.field, mediaType(a.field, data), data); err != nil {
+				return &exitError{exitBadRequest, fmt.Errorf("--%s %s: %w", strings.TrimSuffix(a.field, "s"), name, err)}
+			}
+		}
+	}
+	return nil
+}
+
+// maxMediaFile bounds a file attached with --image or --audio (the hosted
+// limits are smaller; the engine names the item that is over them).
+const maxMediaFile = 64 << 20
+
+// readMediaFile reads a file for --image or --audio.
+func readMediaFile(name string) ([]byte, error) {
+	fh, err := os.Open(name)
+	if err != nil {
+		return nil, &exitError{exitBadRequest, err}
+	}
+	defer fh.Close()
+	data, err := io.ReadAll(io.LimitReader(fh, maxMediaFile+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", name, err)
+	}
+	if len(data) > maxMediaFile {
+		return nil, &exitError{exitBadRequest, fmt.Errorf("%s: larger than %d MiB", name, maxMediaFile>>20)}
+	}
+	return data, nil
+}
+
+// mediaType names the content type of an attached file from its bytes
+// (the engine decodes what the bytes are, whatever the type says).
+func mediaType(field string, data []byte) string {
+	if field == "images" {
+		if f := media.ImageFormat(data); f != "" {
+			return "image/" + f
+		}
+		return "image/unknown"
+	}
+	switch media.AudioFormat(data) {
+	case "wav":
+		return "audio/wav"
+	case "mp3":
+		return "audio/mpeg"
+	}
+	return "audio/unknown"
 }
 
 func init() {
@@ -94,6 +157,9 @@ func runDecide(cmd *cobra.Command, f *decideFlags, body []byte, stats bool) erro
 	req, err := api.ParseRequest(body)
 	if err != nil {
 		return &exitError{exitBadRequest, err}
+	}
+	if err := f.attach(req); err != nil {
+		return err
 	}
 
 	path, synthetic, cleanup, err := resolveModel(f.model)

@@ -3,9 +3,12 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -158,7 +161,8 @@ func TestDecideErrors(t *testing.T) {
 		{`{}`, []string{"--max-length", "0"}, 1, "--max-length"},
 		{`{}`, []string{"missing.json"}, 1, "missing.json"},
 		{`{"model": "clef-omni", "state": "s", "questions": {"q": {"type": "noul", "instructions": "x"}}}`, []string{"--max-length", "20"}, exitBadRequest, "schema requires"},
-		{`{"model": "clef-omni", "state": "s", "questions": {"q": {"type": "noul", "instructions": "x"}}, "images": ["data:image/png;base64,AAAA"]}`, nil, exitBadRequest, "not supported"},
+		{`{"model": "clef-omni", "state": "s", "questions": {"q": {"type": "noul", "instructions": "x"}}, "images": ["data:image/png;base64,AAAA"]}`, nil, exitBadRequest, "images[0]: bytes are no known format"},
+		{`{"model": "clef-omni", "state": "s", "questions": {"q": {"type": "noul", "instructions": "x"}}, "videos": ["data:video/mp4;base64,AAAA"]}`, nil, exitBadRequest, "videos: video input is not supported yet"},
 	} {
 		args := append([]string{"decide", "--model", tinyRelease}, tc.args...)
 		_, _, err := run(t, tc.stdin, args...)
@@ -199,5 +203,90 @@ func TestDemoRequestIsTheExample(t *testing.T) {
 	}
 	if !bytes.Equal(triageRequest, want) {
 		t.Error("cmd/clef/demo_triage.json differs from examples/triage.json: copy it over")
+	}
+}
+
+// TestDecideAttachedMedia: the media records of clef-tiny with their media
+// taken out of the request and attached as local files (--image, --audio)
+// get the golden response; clef encode reports their token counts.
+func TestDecideAttachedMedia(t *testing.T) {
+	ran := 0
+	for _, g := range goldens(t) {
+		if len(g.Media) == 0 {
+			continue
+		}
+		doc, err := pyjson.Decode(g.Request) // keeps the members' order
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := t.TempDir()
+		args := []string{"decide", "--model", tinyRelease, "--max-length", itoa(g.MaxLength)}
+		attach := map[string]struct{ flag, ext string }{"images": {"--image", ".png"}, "audio": {"--audio", ".wav"}}
+		rest := pyjson.NewObject()
+		for k, key := range doc.Keys {
+			a, ok := attach[key]
+			if !ok {
+				rest.Set(key, doc.Vals[k])
+				continue
+			}
+			for i, it := range doc.Vals[k].Items {
+				data, err := base64.StdEncoding.DecodeString(it.Str[strings.IndexByte(it.Str, ',')+1:])
+				if err != nil {
+					t.Fatal(err)
+				}
+				name := filepath.Join(dir, key+itoa(i)+a.ext)
+				if err := os.WriteFile(name, data, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				args = append(args, a.flag, name)
+			}
+		}
+		body := pyjson.Dumps(rest, pyjson.Default)
+		out, _, err := run(t, body, args...)
+		if err != nil {
+			t.Fatalf("%s: %v", g.Name, err)
+		}
+		v, err := pyjson.Decode(g.Response)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := pyjson.Dumps(v, pyjson.Default) + "\n"; out != want {
+			t.Errorf("%s:\n got %s\nwant %s", g.Name, out, want)
+		}
+		// clef encode on the request as sent reports the media's tokens.
+		var meta struct {
+			AudioTokens []int `json:"audio_tokens"`
+			ImageTokens []int `json:"image_tokens"`
+			Offset      int   `json:"media_offset"`
+			Tokens      int   `json:"media_tokens"`
+		}
+		if err := json.Unmarshal(g.Media, &meta); err != nil {
+			t.Fatal(err)
+		}
+		enc, _, err := run(t, string(g.Request), "encode", "--tokenizer", tinyRelease, "--max-length", itoa(g.MaxLength))
+		if err != nil {
+			t.Fatalf("%s: encode: %v", g.Name, err)
+		}
+		var e struct {
+			Media struct {
+				ImageTokens []int `json:"image_tokens"`
+				AudioTokens []int `json:"audio_tokens"`
+				Start, End  int
+			} `json:"media"`
+		}
+		if err := json.Unmarshal([]byte(enc), &e); err != nil {
+			t.Fatalf("%s: encode output %q: %v", g.Name, enc, err)
+		}
+		if !slices.Equal(e.Media.ImageTokens, meta.ImageTokens) && !(len(e.Media.ImageTokens) == 0 && len(meta.ImageTokens) == 0) ||
+			!slices.Equal(e.Media.AudioTokens, meta.AudioTokens) || e.Media.Start != meta.Offset || e.Media.End != meta.Offset+meta.Tokens {
+			t.Errorf("%s: encode media %+v, want images %v audio %v in [%d, %d)", g.Name, e.Media, meta.ImageTokens, meta.AudioTokens, meta.Offset, meta.Offset+meta.Tokens)
+		}
+		ran++
+	}
+	if ran != 2 {
+		t.Fatalf("ran %d media cases, want 2", ran)
+	}
+	if _, _, err := run(t, `{"model":"m","state":"s","questions":{"q":{"type":"noul","instructions":"x"}}}`, "decide", "--model", tinyRelease, "--image", "no-such-file.png"); exitCode(err) != 2 {
+		t.Errorf("missing --image file: %v (exit %d), want exit 2", err, exitCode(err))
 	}
 }

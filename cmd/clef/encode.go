@@ -10,9 +10,11 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/clefrt/clef/engine"
 	"github.com/clefrt/clef/engine/api"
 	"github.com/clefrt/clef/engine/pyjson"
 	"github.com/clefrt/clef/engine/record"
+	"github.com/clefrt/clef/engine/release"
 	"github.com/clefrt/clef/engine/tokenizer"
 )
 
@@ -29,6 +31,12 @@ func init() {
 prints, on one line, the Clef record encoding:
 {"input_ids": [...], "questions": [{"question_id", "question_type",
 "question_span", "option_spans", "option_ids"}]}.
+
+A request with images or audio is decoded and processed as the model would
+read it (with the processor settings of the --tokenizer directory when it is
+a release, else the release's defaults), its placeholders expanded in the
+ids, and the line gains "media": {"image_tokens": [...], "audio_tokens":
+[...], "start": S, "end": E} (the media block is ids [S, E)).
 
 Without --validate it does what the reference encode_record does and fails
 where it fails; --validate first applies the reference request checks of
@@ -65,12 +73,31 @@ systemone(). A failure exits 1 with a one-line error on stderr.
 					return &exitError{1, fmt.Errorf("encode: invalid request: %w", err)}
 				}
 			}
-			enc, err := record.Encode(tok, req, maxLength)
-			if err != nil {
-				return &exitError{1, fmt.Errorf("encode: %w", err)}
+			var line []byte
+			if req.Images.Truthy() || req.Audio.Truthy() || req.Videos.Truthy() {
+				var proc *release.Processor
+				if cfg, err := release.ReadConfig(tokPath); err == nil {
+					proc = cfg.Processor
+				}
+				m, err := engine.MediaCounts(req, proc)
+				if err != nil {
+					return &exitError{1, fmt.Errorf("encode: %w", err)}
+				}
+				enc, pl, err := record.EncodeMedia(tok, req, maxLength, m)
+				if err != nil {
+					return &exitError{1, fmt.Errorf("encode: %w", err)}
+				}
+				line = appendEncoded(nil, enc)
+				line = appendMedia(line[:len(line)-1], m, pl)
+			} else {
+				enc, err := record.Encode(tok, req, maxLength)
+				if err != nil {
+					return &exitError{1, fmt.Errorf("encode: %w", err)}
+				}
+				line = appendEncoded(nil, enc)
 			}
 			w := bufio.NewWriter(cmd.OutOrStdout())
-			w.Write(appendEncoded(nil, enc))
+			w.Write(line)
 			w.WriteByte('\n')
 			return w.Flush()
 		},
@@ -83,18 +110,8 @@ systemone(). A failure exits 1 with a one-line error on stderr.
 
 // appendEncoded writes an encoding in the fixtures' schema, compactly.
 func appendEncoded(dst []byte, enc *record.Encoded) []byte {
-	ints := func(dst []byte, xs []int) []byte {
-		dst = append(dst, '[')
-		for i, x := range xs {
-			if i > 0 {
-				dst = append(dst, ',')
-			}
-			dst = strconv.AppendInt(dst, int64(x), 10)
-		}
-		return append(dst, ']')
-	}
 	dst = append(dst, `{"input_ids":`...)
-	dst = ints(dst, enc.InputIDs)
+	dst = appendInts(dst, enc.InputIDs)
 	dst = append(dst, `,"questions":[`...)
 	for i, q := range enc.Questions {
 		if i > 0 {
@@ -105,13 +122,13 @@ func appendEncoded(dst []byte, enc *record.Encoded) []byte {
 		dst = append(dst, `,"question_type":`...)
 		dst = strconv.AppendInt(dst, int64(q.Type), 10)
 		dst = append(dst, `,"question_span":`...)
-		dst = ints(dst, q.Span[:])
+		dst = appendInts(dst, q.Span[:])
 		dst = append(dst, `,"option_spans":[`...)
 		for k, s := range q.OptionSpans {
 			if k > 0 {
 				dst = append(dst, ',')
 			}
-			dst = ints(dst, s[:])
+			dst = appendInts(dst, s[:])
 		}
 		dst = append(dst, `],"option_ids":[`...)
 		for k, id := range q.OptionIDs {
@@ -123,4 +140,30 @@ func appendEncoded(dst []byte, enc *record.Encoded) []byte {
 		dst = append(dst, "]}"...)
 	}
 	return append(dst, "]}"...)
+}
+
+// appendMedia appends the media member (and the closing brace) of an
+// encoding line.
+func appendMedia(dst []byte, m record.Media, pl *record.Placement) []byte {
+	dst = append(dst, `,"media":{"image_tokens":`...)
+	dst = appendInts(dst, m.ImageTokens)
+	dst = append(dst, `,"audio_tokens":`...)
+	dst = appendInts(dst, m.AudioTokens)
+	dst = append(dst, `,"start":`...)
+	dst = strconv.AppendInt(dst, int64(pl.Start), 10)
+	dst = append(dst, `,"end":`...)
+	dst = strconv.AppendInt(dst, int64(pl.End), 10)
+	return append(dst, "}}"...)
+}
+
+// appendInts appends xs as a JSON array.
+func appendInts(dst []byte, xs []int) []byte {
+	dst = append(dst, '[')
+	for i, x := range xs {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = strconv.AppendInt(dst, int64(x), 10)
+	}
+	return append(dst, ']')
 }

@@ -50,6 +50,18 @@ var cliRecords = map[string]bool{
 // TestEncodeRecords runs the command on the 10 failing records and a few
 // encodings: the encodings print the fixture's ids and questions, the
 // failures exit 1 with one line (--validate for the systemone stage).
+// encodeError is what clef encode says where the reference's encode_record
+// raised error on the named record. Unlike encode_record called without a
+// processor, clef encode processes media itself, so a record that failed
+// there for want of one fails here on its media (the fixture's image is a
+// remote URL; engine/record's tests keep the reference's message).
+func encodeError(name, error string) string {
+	if name == "error_images_without_processor" {
+		return "remote URL"
+	}
+	return strings.Trim(error, "'")
+}
+
 func TestEncodeRecords(t *testing.T) {
 	f, err := os.Open(encodeTokDir + "/records.jsonl")
 	if err != nil {
@@ -85,7 +97,7 @@ func TestEncodeRecords(t *testing.T) {
 			var ee *exitError
 			if !errors.As(err, &ee) || ee.code != 1 || out != "" || strings.Contains(err.Error(), "\n") {
 				t.Errorf("%s: err %v, out %q; want exit 1 with one line", c.Name, err, out)
-			} else if strings.Trim(c.Error, "'") != "" && !strings.Contains(err.Error(), strings.Trim(c.Error, "'")) {
+			} else if want := encodeError(c.Name, c.Error); want != "" && !strings.Contains(err.Error(), want) {
 				t.Errorf("%s: error %q does not say %q", c.Name, err, c.Error)
 			}
 			continue

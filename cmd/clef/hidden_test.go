@@ -1,9 +1,14 @@
 package main
 
 import (
+	"bufio"
+	"encoding/json"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/spf13/pflag"
@@ -59,6 +64,78 @@ func TestHiddenCommandErrors(t *testing.T) {
 		{"hidden", "--model", "../../testdata/clef-tiny/release", "--ids", "1", "--backend", "nope", "--out", out},
 		{"hidden", "--model", "../../testdata/qwen3moe/README.md", "--ids", "1", "--out", out},
 		{"hidden", "--ids", "1", "--out", out},
+	} {
+		resetHiddenFlags(t)
+		rootCmd.SetArgs(args)
+		if err := rootCmd.Execute(); err == nil {
+			t.Errorf("%v: no error", args)
+		}
+	}
+}
+
+// TestHiddenRequest: clef hidden --request writes the hidden states of a
+// whole record, media included, as the reference's thinker computes them
+// (clef-tiny's hidden/<case>.npy: the two media records and a text one).
+func TestHiddenRequest(t *testing.T) {
+	f, err := os.Open("../../testdata/clef-tiny/cases.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<24)
+	ran := 0
+	for sc.Scan() {
+		var c struct {
+			Name      string          `json:"name"`
+			Request   json.RawMessage `json:"request"`
+			MaxLength int             `json:"max_length"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &c); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(c.Name, "media_") && c.Name != "noul_string_state" {
+			continue
+		}
+		dir := t.TempDir()
+		req, out := filepath.Join(dir, "req.json"), filepath.Join(dir, "h.npy")
+		if err := os.WriteFile(req, c.Request, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		resetHiddenFlags(t)
+		rootCmd.SetArgs([]string{"hidden", "--request", req, "--model", "../../testdata/clef-tiny/release", "--backend", "cpu",
+			"--max-length", strconv.Itoa(c.MaxLength), "--out", out})
+		if err := rootCmd.Execute(); err != nil {
+			t.Fatalf("%s: %v", c.Name, err)
+		}
+		got, err := npy.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := npy.ReadFile("../../testdata/clef-tiny/hidden/" + c.Name + ".npy")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got.Shape, want.Shape) {
+			t.Fatalf("%s: shape %v, want %v", c.Name, got.Shape, want.Shape)
+		}
+		var worst float64
+		for i := range got.F {
+			worst = max(worst, math.Abs(float64(got.F[i]-want.F[i])))
+		}
+		if worst > 1e-4 {
+			t.Errorf("%s: hidden states up to %.3g off the reference", c.Name, worst)
+		}
+		t.Logf("%s: %v, max |Δ| %.3g", c.Name, got.Shape, worst)
+		ran++
+	}
+	if ran != 3 {
+		t.Fatalf("ran %d cases, want 3", ran)
+	}
+	// --request and --ids are exclusive; a refused request exits 2.
+	for _, args := range [][]string{
+		{"hidden", "--request", "x.json", "--ids", "1", "--out", filepath.Join(t.TempDir(), "h.npy")},
+		{"hidden", "--request", "x.json"},
 	} {
 		resetHiddenFlags(t)
 		rootCmd.SetArgs(args)

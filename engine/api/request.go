@@ -10,6 +10,8 @@
 package api
 
 import (
+	"encoding/base64"
+	"fmt"
 	"net/http"
 
 	"github.com/clefrt/clef/engine/pyjson"
@@ -123,19 +125,106 @@ func FromValue(doc *pyjson.Value) *Request {
 	return r
 }
 
-// RefuseMedia returns a 422 naming the first media field the request carries
-// (images, audio, videos: anything Python's `record.get(field) or []` would
-// iterate), for runtimes that read text records only. Media are never
-// silently ignored.
-func (r *Request) RefuseMedia() error {
-	for _, m := range []struct {
-		field string
-		v     *pyjson.Value
-	}{{"images", r.Images}, {"audio", r.Audio}, {"videos", r.Videos}} {
-		if m.v.Truthy() {
-			return &Error{Status: http.StatusUnprocessableEntity, Code: CodeValidation, Field: m.field,
-				Message: m.field + ": media input is not supported yet by this runtime (text state only)"}
+// RefuseMedia returns a 422 naming the first of the given media fields
+// ("images", "audio", "videos"; all three when none is given) that the
+// request carries (anything Python's `record.get(field) or []` would
+// iterate), with why in words: for a runtime or a model that cannot read
+// that kind of input. Media are never silently ignored.
+func (r *Request) RefuseMedia(why string, fields ...string) error {
+	if len(fields) == 0 {
+		fields = []string{"images", "audio", "videos"}
+	}
+	for _, f := range fields {
+		if r.media(f).Truthy() {
+			return &Error{Status: http.StatusUnprocessableEntity, Code: CodeValidation, Field: f,
+				Message: f + ": " + why}
 		}
 	}
+	return nil
+}
+
+// media returns the request's media list named field.
+func (r *Request) media(field string) *pyjson.Value {
+	switch field {
+	case "images":
+		return r.Images
+	case "audio":
+		return r.Audio
+	case "videos":
+		return r.Videos
+	}
+	return nil
+}
+
+// TextBodyBytes is n, the length of the request's body, less the text of
+// its media items (data URLs and base64 members): what the hosted API's
+// (body bytes)/4 token estimate applies to.
+func (r *Request) TextBodyBytes(n int) int {
+	for _, f := range []string{"images", "audio", "videos"} {
+		for _, it := range r.MediaItems(f) {
+			n -= len(it.URL) + len(it.Base64)
+		}
+	}
+	return max(n, 0)
+}
+
+// MediaItem is one item of a media list as the request sent it: a data
+// URL, or the {content_type, base64} object form.
+type MediaItem struct {
+	URL                 string // the data URL ("" for the object form)
+	ContentType, Base64 string // the object form's members
+}
+
+// MediaItems returns the items of the media list named field ("images",
+// "audio", "videos") of a validated request (see Validate): nil when the
+// field is missing, null or empty.
+func (r *Request) MediaItems(field string) []MediaItem {
+	v := r.media(field)
+	if v == nil || v.Kind != pyjson.Array {
+		return nil
+	}
+	items := make([]MediaItem, 0, len(v.Items))
+	for _, it := range v.Items {
+		switch it.Kind {
+		case pyjson.String:
+			items = append(items, MediaItem{URL: it.Str})
+		case pyjson.Object:
+			var m MediaItem
+			if ct := it.Get("content_type"); ct != nil && ct.Kind == pyjson.String {
+				m.ContentType = ct.Str
+			}
+			if b := it.Get("base64"); b != nil && b.Kind == pyjson.String {
+				m.Base64 = b.Str
+			}
+			items = append(items, m)
+		}
+	}
+	return items
+}
+
+// AddMedia appends an item {content_type, base64} holding data to the
+// media list named field ("images", "audio" or "videos") of the request,
+// creating the list when the request has none (a null list is replaced):
+// how clef decide attaches local files. A field that is present but not a
+// list is an error (the request is left as it was).
+func (r *Request) AddMedia(field, contentType string, data []byte) error {
+	switch field {
+	case "images", "audio", "videos":
+	default:
+		return fmt.Errorf("no media field %q", field)
+	}
+	list := r.Doc.Get(field)
+	switch {
+	case list == nil || list.Kind == pyjson.Null:
+		list = &pyjson.Value{Kind: pyjson.Array}
+		r.Doc.Set(field, list)
+	case list.Kind != pyjson.Array:
+		return fmt.Errorf("%s: the request's %s is %s, not a list", field, field, list.Kind)
+	}
+	item := pyjson.NewObject()
+	item.Set("content_type", pyjson.NewString(contentType))
+	item.Set("base64", pyjson.NewString(base64.StdEncoding.EncodeToString(data)))
+	list.Items = append(list.Items, item)
+	*r = *FromValue(r.Doc)
 	return nil
 }

@@ -28,6 +28,14 @@ const (
 	// MaxBodyBytes is where the hosted route answers 413: it estimates a
 	// request at (body bytes)/4 tokens and refuses past 131,072.
 	MaxBodyBytes = 4 * 131072
+	// MaxMediaBodyBytes is what the media may add to a body on top of
+	// MaxBodyBytes: their base64 text at the decoded limits (all images;
+	// audio and videos together), with room for the JSON around it. The
+	// hosted estimate counts text, not pictures and sound (images are
+	// priced in tokens of their own), so a server reading bodies up to the
+	// hosted limit reads this much more and checks the text part alone
+	// (TextBodyBytes).
+	MaxMediaBodyBytes = (MaxImagesBytes+MaxAVBytes)/3*4 + 64<<10
 )
 
 // Validate applies the reference request checks of Cloudflare's systemone(),
@@ -262,21 +270,21 @@ func validateMedia(name, mediaType string, v *pyjson.Value, maxItems, maxEach in
 	}
 	total := 0
 	for i, it := range v.Items {
-		field := fmt.Sprintf("%s.%d", name, i)
+		field, label := fmt.Sprintf("%s.%d", name, i), fmt.Sprintf("%s[%d]", name, i)
 		var size int
 		switch it.Kind {
 		case pyjson.String:
 			s := it.Str
 			if name == "images" {
 				if len(s) < 5 || !strings.EqualFold(s[:5], "data:") {
-					return 0, invalid(field, field+": must be a data: URL (remote URLs are not accepted)")
+					return 0, invalid(field, label+": must be a data: URL (remote URLs are not accepted)")
 				}
 			} else if !strings.HasPrefix(s, "data:"+mediaType) {
-				return 0, invalid(field, fmt.Sprintf("%s: must be a data:%s... URL", field, mediaType))
+				return 0, invalid(field, fmt.Sprintf("%s: must be a data:%s... URL", label, mediaType))
 			}
 			comma := strings.IndexByte(s, ',')
 			if comma < 0 {
-				return 0, invalid(field, field+": data URL has no ',' before its payload")
+				return 0, invalid(field, label+": data URL has no ',' before its payload")
 			}
 			if strings.HasSuffix(strings.ToLower(s[:comma]), ";base64") {
 				size = base64Len(s[comma+1:])
@@ -289,17 +297,17 @@ func validateMedia(name, mediaType string, v *pyjson.Value, maxItems, maxEach in
 			}
 			ct, b64 := it.Get("content_type"), it.Get("base64")
 			if ct == nil || ct.Kind != pyjson.String || b64 == nil || b64.Kind != pyjson.String {
-				return 0, invalid(field, field+": needs string content_type and base64")
+				return 0, invalid(field, label+": needs string content_type and base64")
 			}
 			if !strings.HasPrefix(strings.ToLower(ct.Str), mediaType) {
-				return 0, invalid(field+".content_type", fmt.Sprintf("%s.content_type: must be %s*, got %q", field, mediaType, ct.Str))
+				return 0, invalid(field+".content_type", fmt.Sprintf("%s.content_type: must be %s*, got %q", label, mediaType, ct.Str))
 			}
 			size = base64Len(b64.Str)
 		default:
-			return 0, invalid(field, fmt.Sprintf("%s: must be a data URL or {content_type, base64}, got %s", field, it.Kind))
+			return 0, invalid(field, fmt.Sprintf("%s: must be a data URL or {content_type, base64}, got %s", label, it.Kind))
 		}
 		if size > maxEach {
-			return 0, invalid(field, fmt.Sprintf("%s: at most %d MiB decoded, got %d bytes", field, maxEach>>20, size))
+			return 0, invalid(field, fmt.Sprintf("%s: at most %d MiB decoded, got %d bytes", label, maxEach>>20, size))
 		}
 		total += size
 	}

@@ -189,13 +189,50 @@ func TestRefuseMedia(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		err = r.RefuseMedia()
+		err = r.RefuseMedia("not read by this runtime")
 		var ae *Error
 		switch {
 		case want == "" && err != nil:
 			t.Errorf("%s: %v, want no error", body, err)
-		case want != "" && (!errors.As(err, &ae) || ae.Field != want || ae.Status != 422):
+		case want != "" && (!errors.As(err, &ae) || ae.Field != want || ae.Status != 422 || ae.Message != want+": not read by this runtime"):
 			t.Errorf("%s: %v, want a 422 naming %s", body, err, want)
 		}
+		// Only the fields named are refused.
+		if err := r.RefuseMedia("x", "nothing-such"); err != nil {
+			t.Errorf("%s: %v refusing an unknown field", body, err)
+		}
+		if want != "" {
+			if err := r.RefuseMedia("x", want); err == nil {
+				t.Errorf("%s: %s not refused when named", body, want)
+			}
+		}
+	}
+}
+
+func TestAddMedia(t *testing.T) {
+	r, err := ParseRequest([]byte(`{"model":"m","state":1,"questions":{},"audio":null}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.AddMedia("images", "image/png", []byte{1, 2, 3}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.AddMedia("audio", "audio/wav", []byte("RIFF")); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.AddMedia("images", "image/jpeg", []byte{4}); err != nil {
+		t.Fatal(err)
+	}
+	imgs, clips := r.MediaItems("images"), r.MediaItems("audio")
+	if len(imgs) != 2 || imgs[0] != (MediaItem{ContentType: "image/png", Base64: "AQID"}) || imgs[1].ContentType != "image/jpeg" ||
+		len(clips) != 1 || clips[0] != (MediaItem{ContentType: "audio/wav", Base64: "UklGRg=="}) {
+		t.Fatalf("items %+v %+v", imgs, clips)
+	}
+	if err := r.AddMedia("pictures", "image/png", nil); err == nil {
+		t.Error("unknown field accepted")
+	}
+	r2, _ := ParseRequest([]byte(`{"model":"m","state":1,"questions":{},"images":"x"}`))
+	if err := r2.AddMedia("images", "image/png", nil); err == nil {
+		t.Error("a non-list images field extended")
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"sync"
 
@@ -268,6 +269,90 @@ func CheckRanges(ranges [][2]int, rows, cols int) error {
 	return nil
 }
 
+// Conv2D is the geometry of Im2Col: N images of H×W pixels with C
+// channels, a KH×KW kernel moved by strides SH, SW over the picture padded
+// with PH, PW zeros on each side.
+type Conv2D struct {
+	N, H, W, C int // images, rows, columns, channels of the input
+	KH, KW     int // kernel rows and columns
+	SH, SW     int // strides
+	PH, PW     int // zero padding on each side
+}
+
+// Out returns the output picture size: OH = (H+2PH-KH)/SH+1 rows, OW
+// likewise. Check must have passed.
+func (g Conv2D) Out() (oh, ow int) {
+	return (g.H+2*g.PH-g.KH)/g.SH + 1, (g.W+2*g.PW-g.KW)/g.SW + 1
+}
+
+// Check reports whether g is a well-formed convolution of x [rows, cols]:
+// positive sizes and strides, non-negative padding, a kernel that fits the
+// padded picture, rows = N·H·W and cols = C, and an unfolded matrix
+// [N·OH·OW, C·KH·KW] whose size is representable.
+func (g Conv2D) Check(rows, cols int) error {
+	if g.N <= 0 || g.H <= 0 || g.W <= 0 || g.C <= 0 {
+		return fmt.Errorf("conv2d input %dx%dx%dx%d (N, H, W, C) must be positive", g.N, g.H, g.W, g.C)
+	}
+	if g.KH <= 0 || g.KW <= 0 || g.SH <= 0 || g.SW <= 0 {
+		return fmt.Errorf("conv2d kernel %dx%d and strides %dx%d must be positive", g.KH, g.KW, g.SH, g.SW)
+	}
+	if g.PH < 0 || g.PW < 0 {
+		return fmt.Errorf("conv2d padding %dx%d must not be negative", g.PH, g.PW)
+	}
+	const lim = 1 << 31 // every size below fits 32 bits, so no product overflows
+	for _, v := range []int{g.N, g.H, g.W, g.C, g.KH, g.KW, g.SH, g.SW, g.PH, g.PW} {
+		if v >= lim {
+			return fmt.Errorf("conv2d size %d is too large", v)
+		}
+	}
+	if g.KH > g.H+2*g.PH || g.KW > g.W+2*g.PW {
+		return fmt.Errorf("conv2d kernel %dx%d does not fit the padded %dx%d picture", g.KH, g.KW, g.H+2*g.PH, g.W+2*g.PW)
+	}
+	pix, ok := mulSmall(g.N, g.H, g.W)
+	if !ok || rows != pix || cols != g.C {
+		return fmt.Errorf("conv2d of %d images of %dx%d pixels and %d channels needs x [%d %d], got [%d %d]",
+			g.N, g.H, g.W, g.C, g.N*g.H*g.W, g.C, rows, cols)
+	}
+	oh, ow := g.Out()
+	if _, ok := mulSmall(g.N, oh, ow, g.C, g.KH, g.KW); !ok {
+		return fmt.Errorf("conv2d unfolds %d images of %dx%d pixels into more than %d values", g.N, oh, ow, lim-1)
+	}
+	return nil
+}
+
+// mulSmall returns the product of positive factors and whether it stays
+// below 2^31.
+func mulSmall(vs ...int) (int, bool) {
+	p := 1
+	for _, v := range vs {
+		if v <= 0 || v >= 1<<31 || p > (1<<31-1)/v {
+			return 0, false
+		}
+		p *= v
+	}
+	return p, true
+}
+
+// CheckBlend reports whether ids and weights make a GatherBlend of k terms
+// per output row over a table of rows rows.
+func CheckBlend(ids []int, weights []float32, k, rows int) error {
+	if k <= 0 {
+		return fmt.Errorf("gather blend of %d terms per row (want at least 1)", k)
+	}
+	if len(ids) != len(weights) {
+		return fmt.Errorf("gather blend of %d ids with %d weights", len(ids), len(weights))
+	}
+	if len(ids)%k != 0 {
+		return fmt.Errorf("gather blend of %d ids is not a whole number of rows of %d terms", len(ids), k)
+	}
+	for i, id := range ids {
+		if id < 0 || id >= rows {
+			return fmt.Errorf("gather blend id %d at %d is outside the table's %d rows", id, i, rows)
+		}
+	}
+	return nil
+}
+
 // Experts are the stacked projections of one MoE layer: expert e is the
 // SiLU-gated feed-forward down_e(silu(gate_e x) * up_e x). Each tensor is
 // bound from one stacked weights.Tensor, so the experts travel as one
@@ -336,6 +421,27 @@ type Backend interface {
 	// AddRows returns a copy of x [L, n] with row i of y [len(rows), n]
 	// added to row rows[i] (DeepStack features at visual positions).
 	AddRows(x *Tensor, rows []int, y *Tensor) (*Tensor, error)
+	// GatherBlend returns out [len(ids)/k, n]: row i is Σ_j weights[i*k+j] ·
+	// table[ids[i*k+j]] over j = 0..k-1, each product rounded to float32
+	// and the sum accumulated in float32 in j order (as torch computes
+	// embed(idx) * w, then sums the k terms in order). table is [rows, n]:
+	// a bound weight (F32, F16, BF16) or an activation. An id outside
+	// [0, rows), len(ids) != len(weights) or len(ids)%k != 0 is an error
+	// (see CheckBlend). (The vision tower's bilinear interpolation of its
+	// learned position embeddings: k = 4 corners.)
+	GatherBlend(table *Tensor, ids []int, weights []float32, k int) (*Tensor, error)
+	// Im2Col unfolds x, channels-last [N*H*W, C] (N images of H×W pixels,
+	// C channels), for a 2-D convolution with a KH×KW kernel, strides SH,
+	// SW and zero padding PH, PW (see Conv2D): out [N*OH*OW, C*KH*KW] with
+	// OH = (H+2PH-KH)/SH+1, OW likewise; row (n, oy, ox), column
+	// (c, ky, kx) in that order (c outermost) = x[n, oy*SH-PH+ky,
+	// ox*SW-PW+kx, c], or 0 outside the picture. The column order matches
+	// a torch Conv2d weight [Cout, Cin, KH, KW] flattened to
+	// [Cout, Cin*KH*KW], so a convolution is MatMul(Im2Col(x), w) (+
+	// AddBias), channels-last out. (The audio tower's stride-2 3×3
+	// convolutions, and with KH = H, KW = 1 the reshuffle
+	// [N, F, T, C] -> [N*T, C*F] before its conv_out.)
+	Im2Col(x *Tensor, g Conv2D) (*Tensor, error)
 	// Reshape returns x [rows, cols] as a tensor of another shape with as
 	// many values, in the same row-major order. It may share x's storage:
 	// it is valid while x lives, and freeing it releases nothing of x's.
@@ -464,4 +570,44 @@ func Names() []string {
 	}
 	sort.Strings(ns)
 	return ns
+}
+
+// Scope holds the intermediate tensors of one computation so that they are
+// freed together: Keep records the tensor an op returned (passing its
+// error through), Drop frees some early (so the next op can reuse their
+// memory) and Free releases the rest. A model function makes one with
+// NewScope, defers Free, and wraps every op whose result is temporary in
+// Keep; what it returns to its caller it does not Keep.
+type Scope struct {
+	b    Backend
+	live []*Tensor
+}
+
+// NewScope returns an empty scope over b.
+func NewScope(b Backend) *Scope { return &Scope{b: b} }
+
+// Keep records t for Free and returns it, or returns err when the op that
+// made t failed.
+func (s *Scope) Keep(t *Tensor, err error) (*Tensor, error) {
+	if err != nil {
+		return nil, err
+	}
+	s.live = append(s.live, t)
+	return t, nil
+}
+
+// Drop frees ts now; Free will not free them again.
+func (s *Scope) Drop(ts ...*Tensor) {
+	for _, t := range ts {
+		if i := slices.Index(s.live, t); i >= 0 {
+			s.live = slices.Delete(s.live, i, i+1)
+		}
+	}
+	s.b.Free(ts...)
+}
+
+// Free frees every tensor kept and not dropped.
+func (s *Scope) Free() {
+	s.b.Free(s.live...)
+	s.live = nil
 }

@@ -207,6 +207,16 @@ func planCompanion(r *release.Release, used map[string]bool, backbone, name stri
 			head[row.Name] = true
 		}
 	}
+	// Tables read by rows (the vision tower's position embedding: GatherBlend
+	// reads float rows) stay float with --towers q8_0.
+	gathered := map[string]bool{}
+	if v := r.Config.Thinker.Vision; v != nil {
+		for _, row := range release.VisionTensors(*v) {
+			if row.Role == release.RoleEmbed {
+				gathered[row.Name] = true
+			}
+		}
+	}
 	m := r.Weights
 	var items []item
 	for _, n := range m.Names() {
@@ -223,7 +233,7 @@ func planCompanion(r *release.Release, used map[string]bool, backbone, name stri
 				typ = quant.F32
 			}
 		}
-		if towers == quant.Q8_0 && !head[n] && len(t.Shape) == 2 && t.Shape[1]%32 == 0 {
+		if towers == quant.Q8_0 && !head[n] && !gathered[n] && len(t.Shape) == 2 && t.Shape[1]%32 == 0 {
 			typ = quant.Q8_0
 		}
 		it := item{name: n, typ: typ, src: []*weights.Tensor{t}}

@@ -1,9 +1,10 @@
 // Package record turns a SystemOne request into the Clef model's input, as
-// the reference's encode_record does: the chat prefix, the state (cut from
-// its end to fit), the schema block with one field per question and one
-// option line per allowed option, and the suffix. Every piece is tokenized on
-// its own, and the instruction and option spans are recorded as token
-// ranges; the joint schema head pools the hidden states over them.
+// the reference's encode_record does: the chat prefix, the media
+// placeholders (media.go), the state (cut from its end to fit), the schema
+// block with one field per question and one option line per allowed option,
+// and the suffix. Every piece is tokenized on its own, and the instruction
+// and option spans are recorded as token ranges; the joint schema head pools
+// the hidden states over them.
 package record
 
 import (
@@ -51,10 +52,10 @@ const (
 
 // Encode encodes a text-only request. maxLength <= 0 means DefaultMaxLength.
 // It fails where encode_record fails, with its message (api.Error.Python):
-// a record with images or videos (they need a processor; see EncodeMedia),
-// a missing state, questions or type, an unknown type, a choice without
-// criteria, criteria of the wrong shape, no questions, and a fixed part
-// longer than maxLength (413).
+// a record with images, audio or videos (they need their processors; see
+// EncodeMedia), a missing state, questions or type, an unknown type, a
+// choice without criteria, criteria of the wrong shape, no questions, and a
+// fixed part longer than maxLength (413).
 func Encode(tok Tokenizer, req *api.Request, maxLength int) (*Encoded, error) {
 	for _, m := range []struct {
 		field string
@@ -69,29 +70,29 @@ func Encode(tok Tokenizer, req *api.Request, maxLength int) (*Encoded, error) {
 		return nil, refErr(http.StatusUnprocessableEntity, api.CodeValidation, "audio", "ValueError",
 			"records with audio require a processor", "")
 	}
-	return EncodeMedia(tok, req, maxLength, nil)
-}
-
-// EncodeMedia encodes a request whose media have already been turned into
-// token ids by their processors: media (image, audio and video placeholder
-// runs, each with its trailing "\n") go right after the prefix, before the
-// state. They count in the fixed part, so they are never cut: only the state
-// is. The request's media fields themselves are not looked at.
-func EncodeMedia(tok Tokenizer, req *api.Request, maxLength int, media []int) (*Encoded, error) {
 	if maxLength <= 0 {
 		maxLength = DefaultMaxLength
 	}
+	enc, _, err := encode(tok, req, maxLength, nil)
+	return enc, err
+}
+
+// encode encodes req with the media block media (placeholder ids, possibly
+// none) right after the prefix, before the state; the media count in the
+// fixed part, so they are never cut: only the state is. It also returns the
+// prefix's length (where the media start).
+func encode(tok Tokenizer, req *api.Request, maxLength int, media []int) (*Encoded, int, error) {
 	if req.State == nil {
-		return nil, keyErr("state")
+		return nil, 0, keyErr("state")
 	}
 	stateIDs := tok.Encode(pyjson.Render(req.State))
 
 	qs := req.Doc.Get("questions")
 	if qs == nil {
-		return nil, keyErr("questions")
+		return nil, 0, keyErr("questions")
 	}
 	if qs.Kind != pyjson.Object {
-		return nil, refErr(http.StatusUnprocessableEntity, api.CodeValidation, "questions", "AttributeError",
+		return nil, 0, refErr(http.StatusUnprocessableEntity, api.CodeValidation, "questions", "AttributeError",
 			fmt.Sprintf("questions must be an object of id to question, got %s", qs.Kind),
 			fmt.Sprintf("'%s' object has no attribute 'items'", pyTypeName(qs)))
 	}
@@ -106,7 +107,7 @@ func EncodeMedia(tok Tokenizer, req *api.Request, maxLength int, media []int) (*
 	for n, q := range req.Questions {
 		eq, ids, err := encodeQuestion(tok, n+1, &q, len(schema))
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		schema = append(schema, ids...)
 		enc.Questions = append(enc.Questions, eq)
@@ -114,14 +115,18 @@ func EncodeMedia(tok Tokenizer, req *api.Request, maxLength int, media []int) (*
 	prefix := tok.Encode(Prefix)
 	suffix := tok.Encode(Suffix)
 	if len(enc.Questions) == 0 {
-		return nil, refErr(http.StatusBadRequest, api.CodeBadRequest, "questions", "ValueError",
+		return nil, 0, refErr(http.StatusBadRequest, api.CodeBadRequest, "questions", "ValueError",
 			"record produced no model input or questions", "")
 	}
 	head := len(prefix) + len(media)
 	fixed := head + len(schema) + len(suffix)
 	if fixed > maxLength {
-		return nil, refErr(http.StatusRequestEntityTooLarge, api.CodeTooLong, "", "ValueError",
-			fmt.Sprintf("schema requires %d tokens before state; maximum is %d", fixed, maxLength), "")
+		msg := fmt.Sprintf("schema requires %d tokens before state; maximum is %d", fixed, maxLength)
+		if len(media) > 0 {
+			msg = fmt.Sprintf("media need %d tokens and the prompt and schema %d more: %d tokens before state; maximum is %d",
+				len(media), fixed-len(media), fixed, maxLength)
+		}
+		return nil, 0, refErr(http.StatusRequestEntityTooLarge, api.CodeTooLong, "", "ValueError", msg, "")
 	}
 	keep := min(len(stateIDs), maxLength-fixed)
 	enc.StateTruncated = keep < len(stateIDs)
@@ -145,7 +150,7 @@ func EncodeMedia(tok Tokenizer, req *api.Request, maxLength int, media []int) (*
 			q.OptionSpans[k][1] += shift
 		}
 	}
-	return enc, nil
+	return enc, len(prefix), nil
 }
 
 // option is one allowed option: its id and description (nil: none, the

@@ -177,13 +177,16 @@ type tinyCase struct {
 	StateTruncated bool              `json:"state_truncated"`
 	Questions      []fixtureQuestion `json:"questions"`
 	Media          *struct {
-		Offset int `json:"media_offset"`
-		Tokens int `json:"media_tokens"`
+		Offset      int   `json:"media_offset"`
+		Tokens      int   `json:"media_tokens"`
+		ImageTokens []int `json:"image_tokens"`
+		AudioTokens []int `json:"audio_tokens"`
 	} `json:"media"`
 }
 
 // TestClefTinyCases cross-checks the encoding with another tokenizer: the 19
-// requests of clef-tiny, the media ones given their media token ids.
+// requests of clef-tiny, the media ones given their items' token counts (the
+// placeholder expansion of transformers' processor is part of the golden).
 func TestClefTinyCases(t *testing.T) {
 	tok, err := tokenizer.Load(clefTinyDir + "/release/tokenizer.json")
 	if err != nil {
@@ -207,8 +210,33 @@ func TestClefTinyCases(t *testing.T) {
 				if _, err := Encode(tok, req, c.MaxLength); err == nil {
 					t.Fatal("Encode accepted a media request")
 				}
-				media := c.InputIDs[c.Media.Offset : c.Media.Offset+c.Media.Tokens]
-				enc, err = EncodeMedia(tok, req, c.MaxLength, media)
+				var pl *Placement
+				enc, pl, err = EncodeMedia(tok, req, c.MaxLength, Media{ImageTokens: c.Media.ImageTokens, AudioTokens: c.Media.AudioTokens})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if pl.Start != c.Media.Offset || pl.End != c.Media.Offset+c.Media.Tokens {
+					t.Errorf("media block [%d, %d), want [%d, %d)", pl.Start, pl.End, c.Media.Offset, c.Media.Offset+c.Media.Tokens)
+				}
+				for _, runs := range []struct {
+					runs [][2]int
+					want []int
+				}{{pl.Images, c.Media.ImageTokens}, {pl.Audio, c.Media.AudioTokens}} {
+					if len(runs.runs) != len(runs.want) {
+						t.Fatalf("%d runs, want %d", len(runs.runs), len(runs.want))
+					}
+					for i, r := range runs.runs {
+						pad := enc.InputIDs[r[0]]
+						for _, id := range enc.InputIDs[r[0]:r[1]] {
+							if id != pad {
+								t.Fatalf("run %v is not one pad token", r)
+							}
+						}
+						if r[1]-r[0] != runs.want[i] || enc.InputIDs[r[0]-1] == pad || enc.InputIDs[r[1]] == pad {
+							t.Errorf("run %v of %d pads, want the whole run of %d", r, r[1]-r[0], runs.want[i])
+						}
+					}
+				}
 			} else {
 				enc, err = Encode(tok, req, c.MaxLength)
 			}

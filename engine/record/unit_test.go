@@ -127,30 +127,10 @@ func TestTruncation(t *testing.T) {
 	}
 }
 
-func TestEncodeMedia(t *testing.T) {
+func TestEncodeRefusesMedia(t *testing.T) {
 	req := mustParse(t, `{"model":"m","state":"abcdef","audio":["data:audio/wav;base64,AAAA"],"questions":{"q":{"type":"noul","instructions":"?"}}}`)
 	if _, err := Encode(byteTok{}, req, 0); err == nil || !strings.Contains(err.Error(), "processor") {
 		t.Fatalf("Encode with audio: err = %v, want a processor error", err)
-	}
-	media := []int{1000, 1001, 1002, 1001}
-	plain, _ := EncodeMedia(byteTok{}, req, 0, nil)
-	enc, err := EncodeMedia(byteTok{}, req, plain.FixedLength+len(media)+2, media)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if enc.FixedLength != plain.FixedLength+len(media) || enc.StateTokens != 2 || !enc.StateTruncated {
-		t.Errorf("fixed %d state %d cut %v", enc.FixedLength, enc.StateTokens, enc.StateTruncated)
-	}
-	at := len(Prefix)
-	if got := enc.InputIDs[at : at+4]; got[0] != 1000 || got[3] != 1001 || text(enc.InputIDs[at+4:at+6]) != "ab" {
-		t.Errorf("media not right after the prefix: %v", enc.InputIDs[at:at+6])
-	}
-	q := enc.Questions[0]
-	if text(enc.InputIDs[q.Span[0]:q.Span[1]]) != "?" {
-		t.Error("span not shifted by the media")
-	}
-	if _, err := EncodeMedia(byteTok{}, req, plain.FixedLength+len(media)-1, media); err == nil {
-		t.Error("media past max length accepted: they must never be cut")
 	}
 }
 

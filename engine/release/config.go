@@ -441,3 +441,20 @@ func ParseProcessor(data []byte) (*Processor, error) {
 	}
 	return p, nil
 }
+
+// DefaultProcessor is the real release's preprocessor_config.json (spec
+// §4.3), for a model whose files do not carry one (a GGUF from elsewhere):
+// the Qwen2-VL image processor and the 128-bin Whisper feature extractor.
+func DefaultProcessor() *Processor {
+	return &Processor{
+		Image: ImageProcessor{
+			PatchSize: 16, TemporalPatchSize: 2, MergeSize: 2,
+			MinPixels: 3136, MaxPixels: 12845056,
+			ImageMean: []float64{0.5, 0.5, 0.5}, ImageStd: []float64{0.5, 0.5, 0.5},
+			RescaleFactor: 1.0 / 255,
+		},
+		Audio: AudioProcessor{
+			FeatureSize: 128, SamplingRate: 16000, HopLength: 160, ChunkLength: 300, NFFT: 400,
+		},
+	}
+}

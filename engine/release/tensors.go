@@ -14,7 +14,7 @@ type Role int
 const (
 	RoleNorm    Role = iota // norm weights (1-D)
 	RoleRouter              // the MoE router: mlp.gate / ffn_gate_inp
-	RoleEmbed               // token embedding
+	RoleEmbed               // an embedding table, read by rows (the token embedding, the vision position embedding)
 	RoleOutput              // lm_head: output
 	RoleAttnQ               // attention projections
 	RoleAttnK               //
@@ -24,9 +24,10 @@ const (
 	RoleFFNUp               //
 	RoleFFNDown             //
 	RoleHead                // a joint head tensor: kept in float32, never quantized
+	RoleTower               // a vision or audio tower tensor (kept, or q8_0 with clef quantize --towers)
 )
 
-var roleNames = [...]string{"norm", "router", "embed", "output", "attn_q", "attn_k", "attn_v", "attn_out", "ffn_gate", "ffn_up", "ffn_down", "head"}
+var roleNames = [...]string{"norm", "router", "embed", "output", "attn_q", "attn_k", "attn_v", "attn_out", "ffn_gate", "ffn_up", "ffn_down", "head", "tower"}
 
 func (r Role) String() string {
 	if r >= 0 && int(r) < len(roleNames) {

@@ -107,6 +107,8 @@ func Cases() []Case {
 		{"GELU", testGELU},
 		{"AddBias", testAddBias},
 		{"EmbedActivation", testEmbedActivation},
+		{"GatherBlend", testGatherBlend},
+		{"Im2Col", testIm2Col},
 		{"Reshape", testReshape},
 		{"Transpose", testTranspose},
 		{"Softmax", testSoftmax},
@@ -729,6 +731,7 @@ func testErrors(s *suite) {
 	}
 	s.expectErrors(s.encoderOpErrors())
 	s.expectErrors(s.rowOpErrors())
+	s.expectErrors(s.convOpErrors())
 	ids, wts, err := s.b.Route(s.upload([]float32{1, 2, 3, 4}, 2, 2), 1, true)
 	if err != nil {
 		s.t.Fatal(err)

@@ -394,16 +394,9 @@ func (m *Model) layer(ctx context.Context, l int, x *backend.Tensor, pos [][3]in
 // are the whole sequence and off is 0.
 func (m *Model) rows(l int, x, k, v *backend.Tensor, pos [][3]int, c0, c1, off int, rc backend.RowChunker, rope backend.RoPE, scale float32, tap Tap) (*backend.Tensor, error) {
 	c, b, ly := m.Config, m.b, &m.layers[l]
-	var live []*backend.Tensor
-	defer func() { b.Free(live...) }()
-	step := func(t *backend.Tensor, err error) (*backend.Tensor, error) {
-		if err != nil {
-			return nil, err
-		}
-		live = append(live, t)
-		return t, nil
-	}
-	drop := func(ts ...*backend.Tensor) { b.Free(ts...) } // freed early, so the next op can reuse the memory
+	sc := backend.NewScope(b)
+	defer sc.Free()
+	step, drop := sc.Keep, sc.Drop // drop frees early, so the next op can reuse the memory
 	xc, kc, vc := x, k, v
 	if rc != nil {
 		var err error
@@ -468,7 +461,8 @@ func (m *Model) rows(l int, x, k, v *backend.Tensor, pos [][3]int, c0, c1, off i
 	if err != nil {
 		return nil, err
 	}
-	live = append(live, ids, w)
+	sc.Keep(ids, nil)
+	sc.Keep(w, nil)
 	drop(logits)
 	if tap != nil {
 		if err := tap("ffn_moe_topk", l, ids); err != nil {
