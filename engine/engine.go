@@ -556,7 +556,8 @@ func (e *Engine) prefixKey(ids []int, md *mediaInput) [32]byte {
 	}
 	if md != nil {
 		h.Write([]byte("media\x00"))
-		h.Write(md.digest[:])
+		d := md.digest()
+		h.Write(d[:])
 	}
 	var k [32]byte
 	h.Sum(k[:0])

@@ -50,13 +50,9 @@ type towers struct {
 // hold.
 func loadTowers(r *release.Release, b backend.Backend, opts Options) (towers, error) {
 	cfg := r.Config.Thinker
-	proc := r.Config.Processor
-	if proc == nil {
-		proc = release.DefaultProcessor()
-	}
-	t := towers{image: proc.Image, sound: proc.Audio, audioAttention: audio.Options{FullAttention: opts.AudioFullAttention}}
-	t.image.MinPixels, t.image.MaxPixels = processor.ImageSize.MinPixels, processor.ImageSize.MaxPixels
-	t.merge, t.perSecond = proc.Image.MergeSize, float64(cfg.PositionIDPerSeconds)
+	t := towers{audioAttention: audio.Options{FullAttention: opts.AudioFullAttention}}
+	t.image, t.sound = processorSettings(r.Config.Processor)
+	t.merge, t.perSecond = t.image.MergeSize, float64(cfg.PositionIDPerSeconds)
 	if cfg.Vision != nil {
 		t.merge = cfg.Vision.SpatialMergeSize
 	}
@@ -103,10 +99,16 @@ func hasTower(w weights.Model, tower string) bool {
 type mediaInput struct {
 	images []processor.ImagePatches
 	clips  []processor.AudioFeatures
-	// digest covers the items' bytes (prefix cache keys).
-	digest [32]byte
+	// images and clips are the items' encoded bytes, for the prefix cache
+	// key (digest, computed only for a record the cache can take).
+	imageBytes, clipBytes [][]byte
 	// decode and process are the time the decoders and processors took.
 	decode, process time.Duration
+}
+
+// digest is the SHA-256 of the media's bytes (omni.MediaDigest).
+func (m *mediaInput) digest() [32]byte {
+	return omni.MediaDigest(m.imageBytes, m.clipBytes, nil, false)
 }
 
 // counts are the placeholder counts of the record encoding.
@@ -163,16 +165,24 @@ func MediaCounts(req *api.Request, proc *release.Processor) (record.Media, error
 	if err := req.RefuseMedia("video input is not supported yet by this runtime (images and audio are)", "videos"); err != nil {
 		return record.Media{}, err
 	}
+	image, sound := processorSettings(proc)
+	m, err := readMedia(req, image, sound)
+	if err != nil || m == nil {
+		return record.Media{}, err
+	}
+	return m.counts(image.MergeSize), nil
+}
+
+// processorSettings are the processors' settings of a release (nil: the
+// release's defaults) as the reference calls them: the image processor
+// with its IMAGE_SIZE pixel limits.
+func processorSettings(proc *release.Processor) (release.ImageProcessor, release.AudioProcessor) {
 	if proc == nil {
 		proc = release.DefaultProcessor()
 	}
 	image := proc.Image
 	image.MinPixels, image.MaxPixels = processor.ImageSize.MinPixels, processor.ImageSize.MaxPixels
-	m, err := readMedia(req, image, proc.Audio)
-	if err != nil || m == nil {
-		return record.Media{}, err
-	}
-	return m.counts(proc.Image.MergeSize), nil
+	return image, proc.Audio
 }
 
 // readMedia decodes and processes req's images and audio (nil when it has
@@ -193,7 +203,7 @@ func readMedia(req *api.Request, image release.ImageProcessor, sound release.Aud
 	if err != nil {
 		return nil, err
 	}
-	m.digest = omni.MediaDigest(bytesOf(imgSrc), bytesOf(clipSrc), nil, false)
+	m.imageBytes, m.clipBytes = bytesOf(imgSrc), bytesOf(clipSrc)
 	var imgs []*media.Image
 	if len(imgSrc) > 0 {
 		if imgs, err = media.Images(imgSrc, lim); err != nil {

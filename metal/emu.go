@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"testing"
 
 	"github.com/clefrt/clef/internal/mslemu"
 	"github.com/clefrt/clef/shaders"
@@ -208,4 +209,24 @@ func (g *emuGPU) Dispatch(d *dispatch) error {
 		copy(k.b.data[k.off:], res[i])
 	}
 	return nil
+}
+
+// EmulatedForTest returns the backend on the emulated GPU for a test, closed
+// when the test ends. It skips the test when clang-19 is missing or under
+// -short (compiling and emulating every kernel is slow). Only with the
+// mslemu build tag, which only tests use.
+func EmulatedForTest(t testing.TB) *Backend {
+	t.Helper()
+	if !mslemu.Available() {
+		t.Skipf("%s not found: the emulated GPU needs clang-19", mslemu.Clang)
+	}
+	if testing.Short() {
+		t.Skip("slow: compiles and emulates every kernel")
+	}
+	b, err := NewEmulated()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
 }

@@ -2,91 +2,51 @@ package release_test
 
 import (
 	"fmt"
-	"os"
 	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/clefrt/clef/engine/release"
-	"github.com/clefrt/clef/engine/weights"
 )
 
 // The audio table names exactly the thinker.audio_tower.* tensors a
 // checkpoint stores (the tiny Qwen3-Omni of testdata/omni and the clef-tiny
 // release), with their shapes, and Lookup finds every row.
 func TestAudioTableMatchesCheckpoints(t *testing.T) {
-	data, err := os.ReadFile(fixtureOmniConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	th, err := release.ParseThinker(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	omni, err := weights.Open(fixtureOmniFile, weights.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer omni.Close()
-	tiny := openTiny(t)
-	for _, m := range []struct {
-		name string
-		cfg  *release.Audio
-		w    weights.Model
-	}{{"omni", th.Audio, omni}, {"clef-tiny", tiny.Config.Thinker.Audio, tiny.Weights}} {
+	for _, m := range towerCheckpoints(t) {
 		t.Run(m.name, func(t *testing.T) {
-			if m.cfg == nil {
+			cfg := m.thinker.Audio
+			if cfg == nil {
 				t.Fatal("no audio_config")
 			}
-			rows := release.AudioTensors(*m.cfg)
-			if len(rows) != 7+16*m.cfg.Layers+6 {
-				t.Fatalf("%d rows for %d layers", len(rows), m.cfg.Layers)
+			rows := release.AudioTensors(*cfg)
+			if len(rows) != 7+16*cfg.Layers+6 {
+				t.Fatalf("%d rows for %d layers", len(rows), cfg.Layers)
 			}
-			stored := map[string]bool{}
-			for _, n := range m.w.Names() {
-				if strings.HasPrefix(n, release.AudioPrefix) {
-					stored[n] = false
-				}
-			}
-			for _, row := range rows {
-				if row.GGUF != "" || row.Optional || row.Stacked() {
-					t.Errorf("%s: GGUF %q, optional %v", row.Name, row.GGUF, row.Optional)
-				}
-				prefix := release.AudioPrefix
-				if row.Layer >= 0 {
-					prefix = fmt.Sprintf("%slayers.%d.", release.AudioPrefix, row.Layer)
-				}
-				if row.Name != prefix+row.Key || release.TowerOf(row.Name) != "audio" {
-					t.Errorf("%s: key %q layer %d", row.Name, row.Key, row.Layer)
-				}
-				want := release.RoleTower
-				if len(row.Shape) == 1 {
-					want = release.RoleNorm
-				}
-				if row.Role != want {
-					t.Errorf("%s: role %s for shape %v, want %s", row.Name, row.Role, row.Shape, want)
-				}
-				covered, ok := stored[row.Name]
-				if !ok || covered {
-					t.Errorf("%s: not stored, or covered twice (%v)", row.Name, covered)
-					continue
-				}
-				stored[row.Name] = true
-				w, names, err := release.Lookup(m.w, row)
-				if err != nil {
-					t.Errorf("%s: %v", row.Name, err)
-					continue
-				}
-				if !reflect.DeepEqual(names, []string{row.Name}) || !reflect.DeepEqual(w.Shape, row.Shape) {
-					t.Errorf("%s: found as %v with shape %v, the table says %v", row.Name, names, w.Shape, row.Shape)
-				}
-			}
-			for n, covered := range stored {
-				if !covered {
-					t.Errorf("%s: stored, not in the table", n)
-				}
-			}
+			checkTowerTable(t, m.w, release.AudioPrefix, rows, checkAudioRow)
 		})
+	}
+}
+
+// checkAudioRow checks the documented Layer/Key/Role convention of a row.
+func checkAudioRow(t *testing.T, row release.Tensor) {
+	t.Helper()
+	if row.GGUF != "" || row.Optional || row.Stacked() {
+		t.Errorf("%s: GGUF %q, optional %v", row.Name, row.GGUF, row.Optional)
+	}
+	prefix := release.AudioPrefix
+	if row.Layer >= 0 {
+		prefix = fmt.Sprintf("%slayers.%d.", release.AudioPrefix, row.Layer)
+	}
+	if row.Name != prefix+row.Key || release.TowerOf(row.Name) != "audio" {
+		t.Errorf("%s: key %q layer %d", row.Name, row.Key, row.Layer)
+	}
+	want := release.RoleTower
+	if len(row.Shape) == 1 {
+		want = release.RoleNorm
+	}
+	if row.Role != want {
+		t.Errorf("%s: role %s for shape %v, want %s", row.Name, row.Role, row.Shape, want)
 	}
 }
 

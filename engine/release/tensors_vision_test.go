@@ -2,7 +2,6 @@ package release_test
 
 import (
 	"fmt"
-	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -15,62 +14,17 @@ import (
 // stores (the tiny Qwen3-Omni of testdata/omni and the clef-tiny release),
 // with their shapes, and Lookup finds every row.
 func TestVisionTableMatchesCheckpoints(t *testing.T) {
-	data, err := os.ReadFile(fixtureOmniConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	th, err := release.ParseThinker(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	omni, err := weights.Open(fixtureOmniFile, weights.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer omni.Close()
-	tiny := openTiny(t)
-	for _, m := range []struct {
-		name string
-		cfg  *release.Vision
-		w    weights.Model
-	}{{"omni", th.Vision, omni}, {"clef-tiny", tiny.Config.Thinker.Vision, tiny.Weights}} {
+	for _, m := range towerCheckpoints(t) {
 		t.Run(m.name, func(t *testing.T) {
-			if m.cfg == nil {
+			if m.thinker.Vision == nil {
 				t.Fatal("no vision_config")
 			}
-			c := *m.cfg
+			c := *m.thinker.Vision
 			rows := release.VisionTensors(c)
 			if len(rows) != 3+12*c.Depth+6+6*len(c.DeepstackVisualIndexes) {
 				t.Fatalf("%d rows for %d blocks and %d deepstack mergers", len(rows), c.Depth, len(c.DeepstackVisualIndexes))
 			}
-			stored := map[string]bool{}
-			for _, n := range m.w.Names() {
-				if strings.HasPrefix(n, release.VisionPrefix) {
-					stored[n] = false
-				}
-			}
-			for _, row := range rows {
-				checkVisionRow(t, row)
-				covered, ok := stored[row.Name]
-				if !ok || covered {
-					t.Errorf("%s: not stored, or covered twice (%v)", row.Name, covered)
-					continue
-				}
-				stored[row.Name] = true
-				w, names, err := release.Lookup(m.w, row)
-				if err != nil {
-					t.Errorf("%s: %v", row.Name, err)
-					continue
-				}
-				if !reflect.DeepEqual(names, []string{row.Name}) || !reflect.DeepEqual(w.Shape, row.Shape) {
-					t.Errorf("%s: found as %v with shape %v, the table says %v", row.Name, names, w.Shape, row.Shape)
-				}
-			}
-			for n, covered := range stored {
-				if !covered {
-					t.Errorf("%s: stored, not in the table", n)
-				}
-			}
+			checkTowerTable(t, m.w, release.VisionPrefix, rows, checkVisionRow)
 		})
 	}
 }

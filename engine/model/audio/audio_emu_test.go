@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/clefrt/clef/engine/backend"
-	"github.com/clefrt/clef/internal/mslemu"
 	"github.com/clefrt/clef/metal"
 )
 
@@ -20,17 +19,7 @@ import (
 // backend.RowChunker, so the batches meet through host memory (the
 // tower's fallback).
 func TestAudioEmulatedMetal(t *testing.T) {
-	if !mslemu.Available() {
-		t.Skipf("%s not found: the emulated GPU needs clang-19", mslemu.Clang)
-	}
-	if testing.Short() {
-		t.Skip("slow: compiles and emulates every kernel")
-	}
-	b, err := metal.NewEmulated()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := metal.EmulatedForTest(t)
 	if _, ok := backend.Backend(b).(backend.RowChunker); ok {
 		t.Log("the Metal backend concatenates rows itself")
 	}

@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"math"
-	"os"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/clefrt/clef/internal/golden"
 
 	"github.com/clefrt/clef/engine/backend"
 	_ "github.com/clefrt/clef/engine/cpu"
@@ -29,59 +30,6 @@ func loadNpy(t testing.TB, name string) *npy.Array {
 		t.Fatal(err)
 	}
 	return a
-}
-
-// maxDiff returns max |a-b| (+Inf on a NaN or a length mismatch).
-func maxDiff(a, b []float32) float64 {
-	if len(a) != len(b) {
-		return math.Inf(1)
-	}
-	var m float64
-	for i := range a {
-		d := math.Abs(float64(a[i]) - float64(b[i]))
-		if math.IsNaN(d) {
-			return math.Inf(1)
-		}
-		m = max(m, d)
-	}
-	return m
-}
-
-func openCPU(t testing.TB) backend.Backend {
-	t.Helper()
-	b, err := backend.Open("cpu", backend.Options{Precise: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	return b
-}
-
-// omniConfig is the audio_config of the tiny Qwen3-Omni.
-func omniConfig(t testing.TB) release.Audio {
-	t.Helper()
-	data, err := os.ReadFile(omniDir + "config.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	th, err := release.ParseThinker(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if th.Audio == nil {
-		t.Fatal("no audio_config")
-	}
-	return *th.Audio
-}
-
-func omniWeights(t testing.TB) weights.Model {
-	t.Helper()
-	w, err := weights.Open(omniDir+"model.safetensors", weights.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { w.Close() })
-	return w
 }
 
 func openOmni(t testing.TB, b backend.Backend) *Model {
@@ -380,3 +328,19 @@ func TestLoadErrors(t *testing.T) {
 		t.Errorf("missing k bias: %v", err)
 	}
 }
+
+// omniConfig is the audio_config of the tiny Qwen3-Omni.
+func omniConfig(t testing.TB) release.Audio {
+	t.Helper()
+	th := golden.Thinker(t, omniDir)
+	if th.Audio == nil {
+		t.Fatal("no audio_config")
+	}
+	return *th.Audio
+}
+
+func omniWeights(t testing.TB) weights.Model { return golden.Weights(t, omniDir+"model.safetensors") }
+
+func openCPU(t testing.TB) backend.Backend { return golden.CPU(t, 0) }
+
+var maxDiff = golden.MaxDiff

@@ -9,7 +9,6 @@ import (
 
 	"github.com/clefrt/clef/engine/model/qwen3moe"
 	"github.com/clefrt/clef/engine/weights"
-	"github.com/clefrt/clef/internal/mslemu"
 	"github.com/clefrt/clef/metal"
 )
 
@@ -20,17 +19,7 @@ import (
 // them with the DeepStack rows and the 3-D positions (last_hidden_state to
 // the CPU test's 1e-4 relative).
 func TestComposeEmulatedMetal(t *testing.T) {
-	if !mslemu.Available() {
-		t.Skipf("%s not found: the emulated GPU needs clang-19", mslemu.Clang)
-	}
-	if testing.Short() {
-		t.Skip("slow: compiles and emulates every kernel")
-	}
-	b, err := metal.NewEmulated()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := metal.EmulatedForTest(t)
 	th := thinker(t, omniDir)
 	w, err := weights.OpenSafetensors(omniDir + "model.safetensors")
 	if err != nil {

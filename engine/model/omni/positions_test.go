@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/clefrt/clef/internal/golden"
+
 	"github.com/clefrt/clef/engine/api"
 	"github.com/clefrt/clef/engine/record"
 	"github.com/clefrt/clef/engine/release"
@@ -88,14 +90,7 @@ func audioTokens(t testing.TB, maskFile string) int {
 
 func thinker(t testing.TB, dir string) release.Thinker {
 	t.Helper()
-	data, err := os.ReadFile(dir + "config.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	th, err := release.ParseThinker(data)
-	if err != nil {
-		t.Fatal(err)
-	}
+	th := golden.Thinker(t, dir)
 	if th.Vision == nil {
 		t.Fatal("no vision config")
 	}

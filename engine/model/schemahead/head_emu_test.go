@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/clefrt/clef/internal/mslemu"
 	"github.com/clefrt/clef/metal"
 )
 
@@ -15,17 +14,7 @@ import (
 // backend's host ops and the real shader source, against the PyTorch
 // goldens with the float32 tolerances of TestGoldenLogits.
 func TestGoldenLogitsEmulatedMetal(t *testing.T) {
-	if !mslemu.Available() {
-		t.Skipf("%s not found: the emulated GPU needs clang-19", mslemu.Clang)
-	}
-	if testing.Short() {
-		t.Skip("slow: compiles and emulates every kernel")
-	}
-	b, err := metal.NewEmulated()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := metal.EmulatedForTest(t)
 	for _, mode := range []int{crossDirect, crossFolded} {
 		m, h0, lex := openRelease(t, "release")
 		h, err := Load(m, h0.Config())

@@ -8,7 +8,6 @@ import (
 
 	"github.com/clefrt/clef/engine/backend"
 	"github.com/clefrt/clef/engine/weights"
-	"github.com/clefrt/clef/internal/mslemu"
 	"github.com/clefrt/clef/metal"
 )
 
@@ -21,17 +20,7 @@ import (
 // (the tower's fallback) whatever the chunk asked for. Two images in one
 // call attend only within themselves: the batch gives each image's goldens.
 func TestOmniVisionEmulatedMetal(t *testing.T) {
-	if !mslemu.Available() {
-		t.Skipf("%s not found: the emulated GPU needs clang-19", mslemu.Clang)
-	}
-	if testing.Short() {
-		t.Skip("slow: compiles and emulates every kernel")
-	}
-	b, err := metal.NewEmulated()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := metal.EmulatedForTest(t)
 	if _, ok := backend.Backend(b).(backend.RowChunker); ok {
 		t.Log("the Metal backend chunks rows: the MLP runs in chunks of 5")
 	}

@@ -7,11 +7,12 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/clefrt/clef/internal/golden"
 
 	"github.com/clefrt/clef/engine/backend"
 	_ "github.com/clefrt/clef/engine/cpu" // registers the cpu backend
@@ -33,27 +34,12 @@ const (
 
 // openBackend opens the CPU backend in the precise mode the references are
 // matched in.
-func openBackend(t testing.TB, threads int) backend.Backend {
-	t.Helper()
-	b, err := backend.Open("cpu", backend.Options{Threads: threads, Precise: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	return b
-}
+func openBackend(t testing.TB, threads int) backend.Backend { return golden.CPU(t, threads) }
 
 // omniConfig reads the vision_config of testdata/omni/config.json.
 func omniConfig(t testing.TB) release.Vision {
 	t.Helper()
-	data, err := os.ReadFile(omniDir + "config.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	th, err := release.ParseThinker(data)
-	if err != nil {
-		t.Fatal(err)
-	}
+	th := golden.Thinker(t, omniDir)
 	if th.Vision == nil {
 		t.Fatal("no vision_config")
 	}
@@ -63,12 +49,7 @@ func omniConfig(t testing.TB) release.Vision {
 // openOmni loads the tiny Qwen3-Omni's vision tower on the CPU backend.
 func openOmni(t testing.TB, threads int) *Model {
 	t.Helper()
-	w, err := weights.Open(omniDir+"model.safetensors", weights.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { w.Close() })
-	m, err := Load(w, omniConfig(t), openBackend(t, threads))
+	m, err := Load(golden.Weights(t, omniDir+"model.safetensors"), omniConfig(t), openBackend(t, threads))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,21 +92,6 @@ func read(t testing.TB, b backend.Backend, x *backend.Tensor) []float32 {
 }
 
 // maxDiff returns max |got - want| (+Inf for a NaN or a length mismatch).
-func maxDiff(got, want []float32) float64 {
-	if len(got) != len(want) {
-		return math.Inf(1)
-	}
-	var mx float64
-	for i := range got {
-		d := math.Abs(float64(got[i]) - float64(want[i]))
-		if math.IsNaN(d) {
-			return math.Inf(1)
-		}
-		mx = max(mx, d)
-	}
-	return mx
-}
-
 // check compares got with the golden file name to tol.
 func check(t *testing.T, what string, got []float32, name string) {
 	t.Helper()
@@ -529,3 +495,5 @@ func BenchmarkVisionTower(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1024, "ns/patch")
 }
+
+var maxDiff = golden.MaxDiff
