@@ -20,7 +20,8 @@ demo:
 
 ## deps: what make test needs beyond Go, installed when missing (Debian/Ubuntu:
 ## apt-get as root or with password-less sudo; otherwise it says what to install):
-## clang-19 for the shader emulation, qemu-user for the arm64 tests.
+## clang-19 for the shader emulation, qemu-user for the arm64 tests, ffmpeg
+## (ffmpeg and ffprobe) for video decoding and the video tests.
 deps:
 	@./scripts/deps.sh
 

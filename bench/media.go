@@ -1,8 +1,8 @@
 package bench
 
-// Media scenarios: records carrying a picture, a clip or both, generated
-// from a seed, so the time of the decoders, processors and towers shows
-// next to the decoder's.
+// Media scenarios: records carrying a picture, a clip, a video or several,
+// generated from a seed (videos with the system's ffmpeg), so the time of the
+// decoders, processors and towers shows next to the decoder's.
 
 import (
 	"bytes"
@@ -19,16 +19,20 @@ import (
 	"github.com/clefrt/clef/engine/api"
 	"github.com/clefrt/clef/engine/processor"
 	"github.com/clefrt/clef/engine/record"
+	"github.com/clefrt/clef/engine/release"
 )
 
 // MediaKind is one media scenario: how many synthetic pictures (1280×800
-// JPEGs, about 1 MP, photo-like: gradients, shapes and noise) and seconds of
-// a synthetic clip (a 16 kHz mono 16-bit WAV of voice-like tones and noise)
-// its record carries.
+// JPEGs, about 1 MP, photo-like: gradients, shapes and noise), seconds of a
+// synthetic clip (a 16 kHz mono 16-bit WAV of voice-like tones and noise)
+// and synthetic videos (BenchVideo: an H.264 MP4, with an AAC soundtrack
+// when VideoSound) its record carries.
 type MediaKind struct {
 	Name         string
 	Images       int
 	AudioSeconds int
+	Videos       int
+	VideoSound   bool
 }
 
 // MediaKinds are the media scenarios clef bench knows.
@@ -37,6 +41,8 @@ var MediaKinds = []MediaKind{
 	{Name: "audio", AudioSeconds: 30},
 	{Name: "image+audio", Images: 1, AudioSeconds: 30},
 	{Name: "audio300", AudioSeconds: 300},
+	{Name: "video", Videos: 1},
+	{Name: "video+audio", Videos: 1, VideoSound: true},
 }
 
 // ParseMedia parses a list such as "image,audio".
@@ -70,43 +76,82 @@ const (
 	hop = 160
 )
 
+// MediaOptions are how BuildMedia builds its records.
+type MediaOptions struct {
+	// MaxLength is the records' token budget; Seed the media's seed.
+	MaxLength int
+	Seed      uint64
+	// FFmpeg names the ffmpeg executable that makes the synthetic videos
+	// and measures them ("": $CLEF_FFMPEG, then PATH); without one the
+	// video scenarios are skipped.
+	FFmpeg string
+	// Processor is the model's processor settings (nil: the release's
+	// defaults), with which a video record's tokens are counted.
+	Processor *release.Processor
+}
+
 // BuildMedia makes one scenario per kind: a one-question record whose
-// short state follows the media. Token counts are those of the release's
-// processors (the reference's IMAGE_SIZE, 13 audio tokens per second).
-func BuildMedia(tok record.Tokenizer, kinds []MediaKind, maxLength int, seed uint64) ([]*Scenario, error) {
+// short state follows the media. Token counts of pictures and clips are
+// those of the release's processors (the reference's IMAGE_SIZE, 13 audio
+// tokens per second); a video's are measured by decoding it as the engine
+// does. Video scenarios are skipped, and listed, when no ffmpeg is found.
+func BuildMedia(tok record.Tokenizer, kinds []MediaKind, o MediaOptions) ([]*Scenario, []Skipped, error) {
 	var out []*Scenario
+	var skipped []Skipped
+	videos := newVideoMaker(o.FFmpeg)
+	defer videos.close()
 	for _, k := range kinds {
 		name := "media-" + k.Name
-		var imgs, clips []string
+		var imgs, clips, vids []string
 		var m record.Media
 		for i := 0; i < k.Images; i++ {
-			data, err := benchJPEG(seed + uint64(i))
+			data, err := benchJPEG(o.Seed + uint64(i))
 			if err != nil {
-				return nil, fmt.Errorf("bench: %s: %w", name, err)
+				return nil, nil, fmt.Errorf("bench: %s: %w", name, err)
 			}
 			imgs = append(imgs, "data:image/jpeg;base64,"+base64.StdEncoding.EncodeToString(data))
 			h, w, err := processor.SmartResize(benchImageH, benchImageW, imageFactor, processor.ImageSize.MinPixels, processor.ImageSize.MaxPixels)
 			if err != nil {
-				return nil, fmt.Errorf("bench: %s: %w", name, err)
+				return nil, nil, fmt.Errorf("bench: %s: %w", name, err)
 			}
 			m.ImageTokens = append(m.ImageTokens, (h/imageFactor)*(w/imageFactor))
 		}
 		if k.AudioSeconds > 0 {
 			n := k.AudioSeconds * 16000
-			clips = append(clips, "data:audio/wav;base64,"+base64.StdEncoding.EncodeToString(benchWAV(n, seed)))
+			clips = append(clips, "data:audio/wav;base64,"+base64.StdEncoding.EncodeToString(benchWAV(n, o.Seed)))
 			m.AudioTokens = append(m.AudioTokens, processor.AudioTokens(n/hop))
 		}
-		body := mediaBody(imgs, clips)
+		if k.Videos > 0 {
+			if err := videos.find(); err != nil {
+				skipped = append(skipped, Skipped{name, err.Error()})
+				continue
+			}
+			for i := 0; i < k.Videos; i++ {
+				data, err := videos.clip(BenchVideo(k.VideoSound, o.Seed+uint64(i)))
+				if err != nil {
+					return nil, nil, fmt.Errorf("bench: %s: %w", name, err)
+				}
+				vids = append(vids, "data:video/mp4;base64,"+base64.StdEncoding.EncodeToString(data))
+			}
+		}
+		body := mediaBody(imgs, clips, vids)
 		req, err := api.ParseRequest(body)
 		if err != nil {
-			return nil, fmt.Errorf("bench: %s: %w", name, err)
+			return nil, nil, fmt.Errorf("bench: %s: %w", name, err)
 		}
 		if err := req.Validate(); err != nil {
-			return nil, fmt.Errorf("bench: %s: %w", name, err)
+			return nil, nil, fmt.Errorf("bench: %s: %w", name, err)
 		}
-		enc, _, err := record.EncodeMedia(tok, req, maxLength, m)
+		if k.Videos > 0 {
+			// What the engine reads of the videos (and of everything else):
+			// decoded and processed once here.
+			if m, err = videos.counts(req, o.Processor); err != nil {
+				return nil, nil, fmt.Errorf("bench: %s: %w", name, err)
+			}
+		}
+		enc, _, err := record.EncodeMedia(tok, req, o.MaxLength, m)
 		if err != nil {
-			return nil, fmt.Errorf("bench: %s: %w", name, err)
+			return nil, nil, fmt.Errorf("bench: %s: %w", name, err)
 		}
 		rec := &Record{ID: name, Body: body, Req: req, InputTokens: len(enc.InputIDs), StateTokens: enc.StateTokens, StateTruncated: enc.StateTruncated, Media: &m}
 		for _, q := range enc.Questions {
@@ -118,18 +163,18 @@ func BuildMedia(tok record.Tokenizer, kinds []MediaKind, maxLength int, seed uin
 		}
 		out = append(out, sc)
 	}
-	return out, nil
+	return out, skipped, nil
 }
 
 // mediaBody is a one-question request carrying the media.
-func mediaBody(imgs, clips []string) []byte {
+func mediaBody(imgs, clips, vids []string) []byte {
 	var b bytes.Buffer
 	b.WriteString(`{"model":"clef-omni","state":"A customer sent the attached picture and voice note about a damaged parcel.",`)
 	b.WriteString(`"questions":{"damaged":{"type":"noul","instructions":"Is the parcel damaged?"}}`)
 	for _, f := range []struct {
 		name  string
 		items []string
-	}{{"images", imgs}, {"audio", clips}} {
+	}{{"images", imgs}, {"audio", clips}, {"videos", vids}} {
 		if len(f.items) == 0 {
 			continue
 		}

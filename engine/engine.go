@@ -59,6 +59,10 @@ type Options struct {
 	// eager/sdpa attention), for comparing with those older outputs; the
 	// windows are what the model was trained with.
 	AudioFullAttention bool
+	// FFmpeg is the ffmpeg executable that decodes videos (ffprobe beside
+	// it); "" looks at $CLEF_FFMPEG, then PATH. Without one, a video is
+	// refused with a 422 saying what to install; everything else works.
+	FFmpeg string
 }
 
 // Prefix is the thinker's stored state of a record's prefix (keys and
@@ -88,8 +92,8 @@ type PrefixStore interface {
 // Stats describes one Decide call.
 type Stats struct {
 	Encode    time.Duration // validation, tokenization and record encoding
-	Decode    time.Duration // decoding the media (images, audio)
-	Processor time.Duration // the image processor and the log-mel
+	Decode    time.Duration // decoding the media (images, audio, videos)
+	Processor time.Duration // the image and video processors and the log-mel
 	Thinker   time.Duration // the thinker forward: towers and decoder
 	Towers    time.Duration // of Thinker: the vision and audio towers and the composition
 	Head      time.Duration // the joint schema head and softmax
@@ -125,6 +129,8 @@ type Engine struct {
 	prefixLen int
 	// speed is the engine's measured compute time, for Estimate.
 	speed speed
+	// ffmpeg is the video decoder's executables, found at the first video.
+	ffmpeg ffmpegTools
 }
 
 // Open loads the model at path: a release directory (config.json, the
@@ -175,8 +181,8 @@ func (e *Engine) identify(path string) {
 	if st, err := os.Stat(path); err == nil {
 		stamp = fmt.Sprintf("%d/%d", st.Size(), st.ModTime().UnixNano())
 	}
-	e.ident = fmt.Sprintf("clef prefix v2\x00%s\x00%s\x00%+v\x00%s\x00%+v\x00%+v\x00%v", path, stamp, e.decoder.Config, e.backend.Name(),
-		e.towers.image, e.towers.sound, e.towers.audioAttention.FullAttention)
+	e.ident = fmt.Sprintf("clef prefix v3\x00%s\x00%s\x00%+v\x00%s\x00%+v\x00%v", path, stamp, e.decoder.Config, e.backend.Name(),
+		e.towers.settings, e.towers.audioAttention.FullAttention)
 	e.prefixLen = len(e.tok.Encode(record.Prefix))
 }
 
@@ -229,7 +235,7 @@ func assemble(r *release.Release, opts Options) (*Engine, error) {
 		return nil, err
 	}
 	return &Engine{opts: opts, backend: b, weights: r.Weights, tok: tok, decoder: decoder, towers: tw, tokens: r.Config.Thinker.Tokens,
-		head: head, lex: schemahead.TensorLexicon(lm)}, nil
+		head: head, lex: schemahead.TensorLexicon(lm), ffmpeg: ffmpegTools{path: opts.FFmpeg}}, nil
 }
 
 // lmHead is the decoder table's row of the output embedding.
@@ -333,9 +339,15 @@ func (p *Prepared) Tokens() int { return len(p.enc.InputIDs) }
 // Request is the request p was prepared from.
 func (p *Prepared) Request() *api.Request { return p.req }
 
-// Prepare validates req as Decide does and encodes its record. It may be
-// called from any goroutine, while decisions run.
+// Prepare is PrepareContext without a deadline.
 func (e *Engine) Prepare(req *api.Request) (*Prepared, error) {
+	return e.PrepareContext(context.Background(), req)
+}
+
+// PrepareContext validates req as Decide does, decodes its media (ctx
+// bounds the video decoders: a request that ends stops them) and encodes
+// its record. It may be called from any goroutine, while decisions run.
+func (e *Engine) PrepareContext(ctx context.Context, req *api.Request) (*Prepared, error) {
 	start := time.Now()
 	if err := req.Validate(); err != nil {
 		return nil, err
@@ -345,7 +357,7 @@ func (e *Engine) Prepare(req *api.Request) (*Prepared, error) {
 			return nil, err
 		}
 	}
-	md, err := e.readMedia(req)
+	md, err := e.readMedia(ctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -416,7 +428,7 @@ type decision struct {
 }
 
 func (e *Engine) decide(ctx context.Context, req *api.Request) (*decision, error) {
-	p, err := e.Prepare(req)
+	p, err := e.PrepareContext(ctx, req)
 	if err != nil {
 		return nil, err
 	}

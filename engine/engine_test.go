@@ -135,14 +135,13 @@ func TestGoldenDecide(t *testing.T) {
 	}
 }
 
-// TestMediaRefused: videos are refused with a 422 naming them (this
-// runtime does not read them yet), and so is a broken media item, naming
-// the item.
+// TestMediaRefused: a broken media item (a video, an image, a clip) is
+// refused with a 422 naming the item.
 func TestMediaRefused(t *testing.T) {
 	e := open(t, "release", Options{})
 	q := `"questions":{"q":{"type":"noul","instructions":"x"}}`
 	for body, want := range map[string]string{
-		`{"model":"clef-omni","state":"s",` + q + `,"videos":["data:video/mp4;base64,AAAA"]}`:                        "videos: video input is not supported yet",
+		`{"model":"clef-omni","state":"s",` + q + `,"videos":["data:video/mp4;base64,AAAA"]}`:                        "videos[0]: ",
 		`{"model":"clef-omni","state":"s",` + q + `,"images":["data:image/png;base64,AAAA"]}`:                        "images[0]: ",
 		`{"model":"clef-omni","state":"s",` + q + `,"audio":[{"content_type":"audio/wav","base64":"UklGRgAAAAA="}]}`: "audio[0]: ",
 	} {

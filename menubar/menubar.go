@@ -21,11 +21,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/clefrt/clef/hub"
 	"github.com/clefrt/clef/server/launchagent"
 	"github.com/clefrt/clef/server/status"
 )
@@ -43,6 +45,10 @@ type Options struct {
 	// ModelsDir holds one model per subdirectory; they are offered in the
 	// Model menu together with Model.
 	ModelsDir string
+	// Hub, when set, is the Hugging Face cache (clef pull) whose models are
+	// offered too, by name: ORG/NAME for a cached release, ORG/NAME:TYPE
+	// for a file clef pull --quantize wrote (clef serve resolves names).
+	Hub *hub.Cache
 	// Home is the user's home (default os.UserHomeDir); the LaunchAgent and
 	// the log file live under it.
 	Home string
@@ -226,7 +232,8 @@ func (c *Controller) Client() *Client { return c.client }
 func (c *Controller) Model() string { c.mu.Lock(); defer c.mu.Unlock(); return c.model }
 
 // Models lists the selectable models: the configured one, then every
-// directory under ModelsDir that holds a config.json, and every .gguf file.
+// directory under ModelsDir that holds a config.json, and every .gguf file,
+// then the models of the Hub cache by name.
 func (c *Controller) Models() []string {
 	seen := map[string]bool{}
 	var out []string
@@ -255,7 +262,37 @@ func (c *Controller) Models() []string {
 			add(p)
 		}
 	}
+	for _, n := range hubModels(c.opts.Hub) {
+		add(n)
+	}
 	return out
+}
+
+// hubModels names the models of a Hub cache that can be served: a repo
+// with a snapshot holding weights, and each quantized file, sorted.
+func hubModels(cache *hub.Cache) []string {
+	if cache == nil {
+		return nil
+	}
+	repos, err := cache.List()
+	if err != nil {
+		return nil
+	}
+	var names []string
+	for _, r := range repos {
+		weights := false
+		for _, rev := range r.Revisions {
+			weights = weights || rev.Weights
+			for _, q := range rev.Quantized {
+				names = append(names, r.Repo+":"+q.Type)
+			}
+		}
+		if weights {
+			names = append(names, r.Repo)
+		}
+	}
+	sort.Strings(names)
+	return slices.Compact(names)
 }
 
 // LogPath is the daemon's log file.

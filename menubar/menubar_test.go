@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/clefrt/clef/hub"
 	"github.com/clefrt/clef/server/launchagent"
 	"github.com/clefrt/clef/server/status"
 )
@@ -182,5 +183,38 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition never held")
 		}
 		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// The Model menu offers what clef pull cached, by name: a release whose
+// snapshot holds weights, and each quantized file; a snapshot without
+// weights (a config-only pull) is not offered.
+func TestControllerHubModels(t *testing.T) {
+	dir := t.TempDir()
+	cache := &hub.Cache{Dir: filepath.Join(dir, "hub"), QuantDir: filepath.Join(dir, "quantized")}
+	snap := func(repo, commit string, files ...string) {
+		d := cache.SnapshotDir(repo, commit)
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range files {
+			os.WriteFile(filepath.Join(d, f), []byte("x"), 0o644)
+		}
+		if err := cache.WriteRef(repo, "main", commit); err != nil {
+			t.Fatal(err)
+		}
+	}
+	snap("Cloudflare/clef-omni", "c1", "config.json", "model-00001-of-00002.safetensors")
+	snap("mlx-community/clef-omni-4bit", "c2", "config.json", "model.safetensors")
+	snap("org/config-only", "c3", "config.json", "joint_head.safetensors")
+	q := cache.QuantizedDir("Cloudflare/clef-omni", "c1")
+	os.MkdirAll(q, 0o755)
+	os.WriteFile(filepath.Join(q, "q4_k_m.gguf"), []byte("x"), 0o644)
+	os.WriteFile(filepath.Join(q, "q4_k_m.head.gguf"), []byte("x"), 0o644)
+	c := NewController(Options{Home: dir, Model: "/elsewhere/clef-omni", Hub: cache})
+	got := strings.Join(c.Models(), "|")
+	want := "/elsewhere/clef-omni|Cloudflare/clef-omni|Cloudflare/clef-omni:q4_k_m|mlx-community/clef-omni-4bit"
+	if got != want {
+		t.Fatalf("Models %q, want %q", got, want)
 	}
 }

@@ -1,39 +1,23 @@
 package metal
 
 import (
-	"context"
-	"fmt"
 	"testing"
 
 	"github.com/clefrt/clef/engine/weights"
 	"github.com/clefrt/clef/quant"
 )
 
-// hostBuf is device memory of countGPU: a byte slice.
-type hostBuf struct{ data []byte }
-
-func (b *hostBuf) Len() int { return len(b.data) }
-
-// countGPU records how weights are bound. Wrap fails with errTooLarge past
-// limit bytes (0: no limit).
-type countGPU struct{ wraps, uploads, limit int }
-
-func (g *countGPU) Name() string                                  { return "count" }
-func (g *countGPU) Alloc(n int) (gbuf, error)                     { return &hostBuf{data: make([]byte, n)}, nil }
-func (g *countGPU) Dispatch(d *dispatch) error                    { return nil }
-func (g *countGPU) Release(b gbuf)                                {}
-func (g *countGPU) Close() error                                  { return nil }
-func (g *countGPU) Read(context.Context, gbuf, int, []byte) error { return nil }
-func (g *countGPU) Upload(data []byte) (gbuf, error) {
-	g.uploads++
-	return &hostBuf{data: append([]byte(nil), data...)}, nil
-}
-func (g *countGPU) Wrap(data []byte) (gbuf, int, error) {
-	if g.limit > 0 && len(data) > g.limit {
-		return nil, 0, fmt.Errorf("a %d-byte tensor is %w", len(data), errTooLarge)
+// newCounting returns a backend over a fakeGPU (Wrap fails with
+// errTooLarge past limit bytes; 0: no limit).
+func newCounting(t *testing.T, limit int) (*Backend, *fakeGPU) {
+	t.Helper()
+	g := newFakeGPU()
+	g.limit = limit
+	b, err := newBackend(g, "count")
+	if err != nil {
+		t.Fatal(err)
 	}
-	g.wraps++
-	return &hostBuf{data: data}, 0, nil
+	return b, g
 }
 
 // TestWeightAlignment: a weight whose bytes are not aligned for the kernels'
@@ -54,8 +38,7 @@ func TestWeightAlignment(t *testing.T) {
 		{quant.Q6_K, []int{1, 256}, 210, 3, true},
 		{quant.Q4_0, []int{1, 32}, 18, 1, false},
 	} {
-		g := &countGPU{}
-		b := newBackend(g, "count")
+		b, g := newCounting(t, 0)
 		w := &weights.Tensor{Name: "w", Type: c.typ, Shape: c.shape, Data: raw[c.off : c.off+c.bytes]}
 		bt, err := b.Weight(w)
 		if err != nil {
@@ -96,8 +79,7 @@ func TestWeightStacked(t *testing.T) {
 		{"parted", &weights.Tensor{Name: "w", Type: quant.Q8_0, Shape: shape, Parts: parts}, 0, true},
 		{"contiguous, too large for one buffer", &weights.Tensor{Name: "w", Type: quant.Q8_0, Shape: shape, Data: all}, rows * rb, true},
 	} {
-		g := &countGPU{limit: c.limit}
-		b := newBackend(g, "count")
+		b, g := newCounting(t, c.limit)
 		bt, err := b.Weight(c.t)
 		if err != nil {
 			t.Fatalf("%s: %v", c.what, err)
@@ -136,7 +118,7 @@ func TestWeightStacked(t *testing.T) {
 		{Name: "part bytes", Type: quant.Q8_0, Shape: shape, Parts: [][]byte{parts[0], parts[1], parts[2][:10]}},
 		{Name: "no experts", Type: quant.Q8_0, Shape: []int{0, rows, cols}},
 	} {
-		if _, err := newBackend(&countGPU{}, "count").Weight(bad); err == nil {
+		if b, _ := newCounting(t, 0); func() error { _, err := b.Weight(bad); return err }() == nil {
 			t.Errorf("%s: no error", bad.Name)
 		}
 	}

@@ -64,9 +64,9 @@ func (b *Backend) AddRows(x *backend.Tensor, rows []int, y *backend.Tensor) (*ba
 	if err != nil {
 		return nil, err
 	}
-	defer b.dev.Release(rb)
+	defer b.release(rb)
 	a := shaders.KargsAddRows{Rows: int32(xh.rows), Cols: int32(xh.cols), NSrc: int32(len(rows))}
-	err = b.run("add_rows_f32", [3]int{groups(len(rows)*xh.cols, 256), 1, 1}, [3]int{256, 1, 1}, shaders.Bytes(&a),
+	err = b.run(streamCost(len(rows)*xh.cols, 12, 1), "add_rows_f32", [3]int{groups(len(rows)*xh.cols, 256), 1, 1}, [3]int{256, 1, 1}, shaders.Bytes(&a),
 		in(1, yh), arg{Index: 2, Buf: rb}, arg{Index: 3, Buf: o.buf, Off: o.off, Out: true})
 	return wrapT(o), err
 }
@@ -90,7 +90,7 @@ func (b *Backend) Im2Col(x *backend.Tensor, g backend.Conv2D) (*backend.Tensor, 
 	}
 	a := shaders.KargsIm2Col{N: int32(g.N), H: int32(g.H), W: int32(g.W), C: int32(g.C), KH: int32(g.KH), KW: int32(g.KW),
 		SH: int32(g.SH), SW: int32(g.SW), PH: int32(g.PH), PW: int32(g.PW), OH: int32(oh), OW: int32(ow)}
-	err = b.run("im2col_f32", [3]int{groups(rows*cols, 256), 1, 1}, [3]int{256, 1, 1}, shaders.Bytes(&a), in(1, xh), out(2, o))
+	err = b.run(streamCost(rows*cols, 8, 0), "im2col_f32", [3]int{groups(rows*cols, 256), 1, 1}, [3]int{256, 1, 1}, shaders.Bytes(&a), in(1, xh), out(2, o))
 	return wrapT(o), err
 }
 
@@ -167,7 +167,7 @@ func (b *Backend) perElement(kernel string, n, cols int, bufs ...arg) error {
 		return nil
 	}
 	a := shaders.KargsEltwise{N: int32(n), Cols: int32(cols)}
-	return b.run(kernel, [3]int{groups(n, 256), 1, 1}, [3]int{256, 1, 1}, shaders.Bytes(&a), bufs...)
+	return b.run(streamCost(n, 4*len(bufs), 4), kernel, [3]int{groups(n, 256), 1, 1}, [3]int{256, 1, 1}, shaders.Bytes(&a), bufs...)
 }
 
 // sameShape returns the handles of two f32 activations of one shape.
@@ -223,6 +223,6 @@ func (b *Backend) SpanMeans(x *backend.Tensor, spans [][2]int) (*backend.Tensor,
 	if err != nil {
 		return nil, err
 	}
-	defer b.dev.Release(sb)
+	defer b.release(sb)
 	return wrapT(y), b.perElement("span_means_f32", len(spans)*xh.cols, xh.cols, in(1, xh), arg{Index: 2, Buf: sb}, out(3, y))
 }

@@ -34,14 +34,15 @@ func (b *Backend) Embed(table *backend.Tensor, ids []int) (*backend.Tensor, erro
 	if err != nil {
 		return nil, err
 	}
-	defer b.dev.Release(idb)
+	defer b.release(idb)
 	a := shaders.KargsGetRows{NIDs: int32(len(ids)), Cols: int32(w.cols), RowBytes: uint64(w.rowBytes), SRowBytes: uint64(w.sRowBytes),
 		GroupSize: int32(w.groupSize), ScaleBF16: b2i(w.scaleBF16), NRows: int32(w.rows)}
 	sBuf, sOff, bBuf, bOff := w.sBuf, w.sOff, w.bBuf, w.bOff
 	if sBuf == nil { // an activation as the table (a row gather)
 		sBuf, sOff, bBuf, bOff = w.buf, w.off, w.buf, w.off
 	}
-	err = b.run("get_rows_"+suffix, [3]int{len(ids), 1, 1}, [3]int{64, 1, 1}, shaders.Bytes(&a),
+	c := cost{bytes: float64(len(ids)) * float64(w.rowBytes+2*w.sRowBytes+4*w.cols)}
+	err = b.run(c, "get_rows_"+suffix, [3]int{len(ids), 1, 1}, [3]int{64, 1, 1}, shaders.Bytes(&a),
 		in(1, w), arg{Index: 2, Buf: sBuf, Off: sOff}, arg{Index: 3, Buf: bBuf, Off: bOff},
 		arg{Index: 4, Buf: idb}, out(5, y))
 	return wrapT(y), err
@@ -77,14 +78,15 @@ func (b *Backend) GatherBlend(table *backend.Tensor, ids []int, weights []float3
 	if err != nil {
 		return nil, err
 	}
-	defer b.dev.Release(idb)
-	wb, err := b.dev.Upload(f32Bytes(weights))
+	defer b.release(idb)
+	wb, err := b.upload(f32Bytes(weights), "GatherBlend weights", false)
 	if err != nil {
 		return nil, err
 	}
-	defer b.dev.Release(wb)
+	defer b.release(wb)
 	a := shaders.KargsGatherBlend{NOut: int32(m), Cols: int32(w.cols), K: int32(k), NRows: int32(w.rows), RowBytes: uint64(w.rowBytes)}
-	err = b.run("gather_blend_"+suffix, [3]int{m, 1, 1}, [3]int{64, 1, 1}, shaders.Bytes(&a),
+	c := cost{bytes: float64(len(ids))*float64(w.rowBytes) + 4*float64(m*w.cols), flops: 2 * float64(len(ids)*w.cols)}
+	err = b.run(c, "gather_blend_"+suffix, [3]int{m, 1, 1}, [3]int{64, 1, 1}, shaders.Bytes(&a),
 		in(1, w), arg{Index: 2, Buf: idb}, arg{Index: 3, Buf: wb}, out(4, y))
 	return wrapT(y), err
 }
@@ -122,20 +124,37 @@ func (b *Backend) matmul(xh, wh, y *tensor) error {
 	if N == 0 || M == 0 {
 		return nil
 	}
-	a := shaders.KargsMatmul{M: int32(M), N: int32(N), K: int32(K), XStride: int32(xh.cols), YStride: int32(y.cols),
-		GroupSize: int32(wh.groupSize), RowBytes: uint64(wh.rowBytes), SRowBytes: uint64(wh.sRowBytes), ScaleBF16: b2i(wh.scaleBF16)}
 	sBuf, sOff, bBuf, bOff := wh.sBuf, wh.sOff, wh.bBuf, wh.bOff
 	if sBuf == nil { // an activation as the right-hand side
 		sBuf, sOff, bBuf, bOff = wh.buf, wh.off, wh.buf, wh.off
 	}
-	bufs := []arg{in(1, wh), {Index: 2, Buf: sBuf, Off: sOff}, {Index: 3, Buf: bBuf, Off: bOff}, in(4, xh), out(5, y)}
-	if N <= mvMaxTokens {
-		return b.run("mul_mv_"+suffix, [3]int{groups(M, 4), N, 1}, [3]int{64, 1, 1}, shaders.Bytes(&a), bufs...)
+	// Rows of x in chunks of whole 32-row tiles, each under opSeconds (the
+	// q projection of 64k tokens is ~0.4 s on the conservative chip).
+	step := N
+	opLimit := b.opLimit()
+	for step > 32 && matmulCost(M, step, K, wh.rowBytes, wh.sRowBytes).seconds() > opLimit {
+		step = (step/2 + 31) / 32 * 32
 	}
-	// FC_mm_direct: every tile lies inside y, so it is stored without staging.
-	direct := fconst{Index: 0, Bool: true, Value: int(b2i(M%64 == 0 && N%32 == 0))}
-	return b.dispatch(&dispatch{Kernel: "mul_mm_" + suffix, Consts: []fconst{direct},
-		Grid: [3]int{groups(N, 32), groups(M, 64), 1}, Group: [3]int{128, 1, 1}, Args: shaders.Bytes(&a), Bufs: bufs})
+	for n0 := 0; n0 < N; n0 += step {
+		n := min(step, N-n0)
+		a := shaders.KargsMatmul{M: int32(M), N: int32(n), K: int32(K), XStride: int32(xh.cols), YStride: int32(y.cols),
+			GroupSize: int32(wh.groupSize), RowBytes: uint64(wh.rowBytes), SRowBytes: uint64(wh.sRowBytes), ScaleBF16: b2i(wh.scaleBF16)}
+		bufs := []arg{in(1, wh), {Index: 2, Buf: sBuf, Off: sOff}, {Index: 3, Buf: bBuf, Off: bOff},
+			{Index: 4, Buf: xh.buf, Off: xh.off + 4*n0*xh.cols}, {Index: 5, Buf: y.buf, Off: y.off + 4*n0*y.cols, Out: true}}
+		c := matmulCost(M, n, K, wh.rowBytes, wh.sRowBytes)
+		if n <= mvMaxTokens {
+			err = b.run(c, "mul_mv_"+suffix, [3]int{groups(M, 4), n, 1}, [3]int{64, 1, 1}, shaders.Bytes(&a), bufs...)
+		} else {
+			// FC_mm_direct: every tile lies inside y, so it is stored without staging.
+			direct := fconst{Index: 0, Bool: true, Value: int(b2i(M%64 == 0 && n%32 == 0))}
+			err = b.launch(&dispatch{Kernel: "mul_mm_" + suffix, Consts: []fconst{direct},
+				Grid: [3]int{groups(n, 32), groups(M, 64), 1}, Group: [3]int{128, 1, 1}, Args: shaders.Bytes(&a), Bufs: bufs}, c)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // GroupMatMul is the block-diagonal product of groups: x [M, G·K], w
@@ -163,6 +182,7 @@ func (b *Backend) GroupMatMul(x, w *backend.Tensor, groups int) (*backend.Tensor
 	}
 	a := shaders.KargsMatmul{M: int32(n), N: int32(xh.rows), K: int32(wh.cols), XStride: int32(xh.cols), YStride: int32(groups * n),
 		NExpert: int32(groups)}
-	err = b.run("group_matmul_f32", [3]int{(total + 3) / 4, 1, 1}, [3]int{128, 1, 1}, shaders.Bytes(&a), in(1, xh), in(2, wh), out(3, y))
+	c := cost{bytes: 4 * float64(xh.rows*xh.cols+wh.rows*wh.cols+total), flops: 2 * float64(total) * float64(wh.cols)}
+	err = b.run(c, "group_matmul_f32", [3]int{(total + 3) / 4, 1, 1}, [3]int{128, 1, 1}, shaders.Bytes(&a), in(1, xh), in(2, wh), out(3, y))
 	return wrapT(y), err
 }

@@ -34,7 +34,7 @@ func (b *Backend) Route(logits *backend.Tensor, k int, norm bool) (*backend.Tens
 		return wrapT(ids), wrapT(ws), nil
 	}
 	a := shaders.KargsMoe{Tokens: int32(L), NExpert: int32(E), TopK: int32(k), NormTopK: b2i(norm)}
-	err = b.run("moe_topk_f32", [3]int{groups(L, 64), 1, 1}, [3]int{64, 1, 1}, shaders.Bytes(&a), in(1, lh), out(2, ids), out(3, ws))
+	err = b.run(streamCost(L*E, 4, 8), "moe_topk_f32", [3]int{groups(L, 64), 1, 1}, [3]int{64, 1, 1}, shaders.Bytes(&a), in(1, lh), out(2, ids), out(3, ws))
 	return wrapT(ids), wrapT(ws), err
 }
 
@@ -57,51 +57,66 @@ func (b *Backend) moeMatmul(xh, w, y *tensor, counts, lists gbuf, L, topk int, p
 		NExpert: 1, TopK: int32(topk), XPerSlot: b2i(perSlot)}
 	if w.parts == nil {
 		nTiles := L*topk/32 + E + 1 // Σ ceil(count/32) <= L*topk/32 + E
-		tiles, err := b.dev.Alloc(8 * nTiles)
+		tiles, err := b.alloc(8*nTiles, "the MoE tile table")
 		if err != nil {
 			return err
 		}
-		defer b.dev.Release(tiles)
-		grid, err := b.dev.Alloc(12)
+		defer b.release(tiles)
+		grid, err := b.alloc(12, "the MoE grid")
 		if err != nil {
 			return err
 		}
-		defer b.dev.Release(grid)
+		defer b.release(grid)
 		ta := shaders.KargsMoe{NExpert: int32(E), Cols: int32(groups(w.rows, 64))}
-		if err := b.run("moe_tiles", [3]int{1, 1, 1}, [3]int{256, 1, 1}, shaders.Bytes(&ta), arg{Index: 1, Buf: counts},
+		if err := b.run(streamCost(E, 4, 0).add(streamCost(nTiles, 8, 0)), "moe_tiles", [3]int{1, 1, 1}, [3]int{256, 1, 1}, shaders.Bytes(&ta), arg{Index: 1, Buf: counts},
 			arg{Index: 2, Buf: tiles, Out: true}, arg{Index: 3, Buf: grid, Out: true}); err != nil {
 			return err
 		}
 		a.NExpert, a.Tiles = int32(E), 1
 		a.ExpertBytes, a.SExpertBytes = uint64(w.stride), uint64(w.sStride)
-		return b.dispatch(&dispatch{Kernel: "mul_mm_id_" + suffix, Group: [3]int{128, 1, 1}, Args: shaders.Bytes(&a),
+		return b.launch(&dispatch{Kernel: "mul_mm_id_" + suffix, Group: [3]int{128, 1, 1}, Args: shaders.Bytes(&a),
 			Indirect: &arg{Buf: grid},
 			Bufs: []arg{in(1, w), {Index: 2, Buf: w.sBuf, Off: w.sOff}, {Index: 3, Buf: w.bBuf, Off: w.bOff},
-				in(4, xh), out(5, y), {Index: 6, Buf: counts}, {Index: 7, Buf: lists}, {Index: 8, Buf: tiles}}})
+				in(4, xh), out(5, y), {Index: 6, Buf: counts}, {Index: 7, Buf: lists}, {Index: 8, Buf: tiles}}},
+			moeCost(w, L, topk, E))
 	}
-	grids, err := b.dev.Alloc(12 * E)
+	grids, err := b.alloc(12*E, "the MoE grids")
 	if err != nil {
 		return err
 	}
-	defer b.dev.Release(grids)
+	defer b.release(grids)
 	ga := shaders.KargsMoe{NExpert: int32(E), Cols: int32(groups(w.rows, 64))}
-	if err := b.run("moe_grid", [3]int{groups(E, 32), 1, 1}, [3]int{32, 1, 1}, shaders.Bytes(&ga),
+	if err := b.run(streamCost(E, 16, 0), "moe_grid", [3]int{groups(E, 32), 1, 1}, [3]int{32, 1, 1}, shaders.Bytes(&ga),
 		arg{Index: 1, Buf: counts}, arg{Index: 2, Buf: grids, Out: true}); err != nil {
 		return err
 	}
 	args := shaders.Bytes(&a)
+	// An upper bound: a row routes to an expert at most once, so one
+	// expert sees at most L rows.
+	per := moeCost(w, L, 1, 1)
 	for e, p := range w.parts {
 		// The kernel reads expert tgpig.z = 0: bind this expert's count and
 		// list at its offset (buffer 8, the tile table, is not read).
-		err := b.dispatch(&dispatch{Kernel: "mul_mm_id_" + suffix, Group: [3]int{128, 1, 1}, Args: args,
+		err := b.launch(&dispatch{Kernel: "mul_mm_id_" + suffix, Group: [3]int{128, 1, 1}, Args: args,
 			Indirect: &arg{Buf: grids, Off: 12 * e},
 			Bufs: []arg{in(1, p), {Index: 2, Buf: p.sBuf, Off: p.sOff}, {Index: 3, Buf: p.bBuf, Off: p.bOff}, in(4, xh), out(5, y),
-				{Index: 6, Buf: counts, Off: 4 * e}, {Index: 7, Buf: lists, Off: 4 * e * L}, {Index: 8, Buf: counts}}})
+				{Index: 6, Buf: counts, Off: 4 * e}, {Index: 7, Buf: lists, Off: 4 * e * L}, {Index: 8, Buf: counts}}}, per)
 		if err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// moeCost bounds the cost of one gathered projection of L rows routed to
+// topk of the experts of w: every entry's product, and the weights of the
+// experts that can be active (at most L*topk of them), read once.
+func moeCost(w *tensor, L, topk, experts int) cost {
+	entries := L * topk
+	active := min(experts, entries)
+	c := matmulCost(w.rows, entries, w.cols, w.rowBytes, w.sRowBytes)
+	c.bytes += float64(active-1) * float64(w.rows) * float64(w.rowBytes+2*w.sRowBytes)
+	return c
 }
 
 // stacked returns the handle of stacked experts (bound from a 3-D weight).
@@ -170,54 +185,83 @@ func (b *Backend) MoE(x, ids, weights *backend.Tensor, ex backend.Experts) (*bac
 	if err != nil {
 		return nil, err
 	}
+	// Rows in chunks whose gathered projections each stay under
+	// opSeconds (at 64k tokens top-8 of 128 experts, each is ~0.6 s on the
+	// conservative chip); chunks are views of x, ids, weights and res.
+	step := L
+	opLimit := b.opLimit()
+	for step > 32 && moeCost(gates, step, k, E).seconds() > opLimit {
+		step = (step/2 + 31) / 32 * 32
+	}
+	for r0 := 0; r0 < L; r0 += step {
+		n := min(step, L-r0)
+		err := b.moe(rowsOf(xh, r0, n), rowsOf(ih, r0, n), rowsOf(wh, r0, n), gates, ups, downs, rowsOf(res, r0, n))
+		if err != nil {
+			b.Free(wrapT(res))
+			return nil, err
+		}
+	}
+	return wrapT(res), nil
+}
+
+// rowsOf is a view of n rows of h from row r0 (sharing its buffer).
+func rowsOf(h *tensor, r0, n int) *tensor {
+	v := *h
+	v.off, v.rows, v.owned = h.off+r0*h.rowBytes, n, false
+	return &v
+}
+
+// moe runs the routed experts for the rows of xh (all of one launch
+// chunk) into res.
+func (b *Backend) moe(xh, ih, wh, gates, ups, downs, res *tensor) error {
+	L, k, E, ffn, hidden := xh.rows, ih.cols, gates.experts, gates.rows, xh.cols
 	if L == 0 {
-		return wrapT(res), nil
+		return nil
 	}
-	counts, err := b.dev.Alloc(4 * E)
+	counts, err := b.alloc(4*E, "the MoE expert counts")
 	if err != nil {
-		return nil, err
+		return err
 	}
-	defer b.dev.Release(counts)
-	lists, err := b.dev.Alloc(4 * E * L)
+	defer b.release(counts)
+	lists, err := b.alloc(4*E*L, "the MoE token lists")
 	if err != nil {
-		return nil, err
+		return err
 	}
-	defer b.dev.Release(lists)
+	defer b.release(lists)
 	ma := shaders.KargsMoe{Tokens: int32(L), NExpert: int32(E), TopK: int32(k)}
-	if err := b.run("moe_map", [3]int{E, 1, 1}, [3]int{256, 1, 1}, shaders.Bytes(&ma), in(1, ih),
+	if err := b.run(streamCost(L*k, 12, 0), "moe_map", [3]int{E, 1, 1}, [3]int{256, 1, 1}, shaders.Bytes(&ma), in(1, ih),
 		arg{Index: 2, Buf: counts, Out: true}, arg{Index: 3, Buf: lists, Out: true}); err != nil {
-		return nil, err
+		return err
 	}
 	gate, err := b.newAct(L*k, ffn)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	defer b.dev.Release(gate.buf)
+	defer b.release(gate.buf)
 	up, err := b.newAct(L*k, ffn)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	defer b.dev.Release(up.buf)
+	defer b.release(up.buf)
 	if err := b.moeMatmul(xh, gates, gate, counts, lists, L, k, false); err != nil {
-		return nil, err
+		return err
 	}
 	if err := b.moeMatmul(xh, ups, up, counts, lists, L, k, false); err != nil {
-		return nil, err
+		return err
 	}
 	n := L * k * ffn
 	if err := b.perElement("silu_mul_f32", n, ffn, in(1, gate), in(2, up), out(3, gate)); err != nil {
-		return nil, err
+		return err
 	}
 	down, err := b.newAct(L*k, hidden)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	defer b.dev.Release(down.buf)
+	defer b.release(down.buf)
 	if err := b.moeMatmul(gate, downs, down, counts, lists, L, k, true); err != nil {
-		return nil, err
+		return err
 	}
 	ca := shaders.KargsMoe{Tokens: int32(L), TopK: int32(k), Cols: int32(hidden)}
-	err = b.run("moe_combine_f32", [3]int{groups(L*hidden, 256), 1, 1}, [3]int{256, 1, 1}, shaders.Bytes(&ca),
+	return b.run(streamCost(L*hidden, 4*(2*k+1), 2*k), "moe_combine_f32", [3]int{groups(L*hidden, 256), 1, 1}, [3]int{256, 1, 1}, shaders.Bytes(&ca),
 		in(1, down), in(2, wh), in(3, down), out(4, res))
-	return wrapT(res), err
 }

@@ -14,7 +14,10 @@ func (b *Backend) normWeight(wh *tensor) (*tensor, error) {
 	if wh.typ == quant.F32 {
 		return wh, nil
 	}
-	if c := b.normCache[wh]; c != nil {
+	b.mu.Lock()
+	c := b.normCache[wh]
+	b.mu.Unlock()
+	if c != nil {
 		return c, nil
 	}
 	var v []float32
@@ -27,12 +30,14 @@ func (b *Backend) normWeight(wh *tensor) (*tensor, error) {
 	if err != nil {
 		return nil, err
 	}
-	buf, err := b.dev.Upload(f32Bytes(v))
+	buf, err := b.upload(f32Bytes(v), "a float32 copy of "+wh.src.Name, true)
 	if err != nil {
 		return nil, err
 	}
-	c := &tensor{buf: buf, rows: 1, cols: len(v), typ: quant.F32, rowBytes: 4 * len(v)}
+	c = &tensor{buf: buf, rows: 1, cols: len(v), typ: quant.F32, rowBytes: 4 * len(v)}
+	b.mu.Lock()
 	b.normCache[wh] = c
+	b.mu.Unlock()
 	return c, nil
 }
 
@@ -67,7 +72,7 @@ func (b *Backend) RMSNorm(x, weight *backend.Tensor, eps float32) (*backend.Tens
 		threads = 32
 	}
 	a := shaders.KargsNorm{Rows: int32(rows), Cols: int32(g), XStride: int32(g), YStride: int32(g), Eps: eps}
-	err = b.run("rms_norm_f32", [3]int{rows, 1, 1}, [3]int{threads, 1, 1}, shaders.Bytes(&a), in(1, xh), in(2, w32), out(3, y))
+	err = b.run(streamCost(rows*g, 8, 4), "rms_norm_f32", [3]int{rows, 1, 1}, [3]int{threads, 1, 1}, shaders.Bytes(&a), in(1, xh), in(2, w32), out(3, y))
 	return wrapT(y), err
 }
 
@@ -115,7 +120,7 @@ func (b *Backend) LayerNorm(x, weight, bias *backend.Tensor, eps float32) (*back
 	}
 	a := shaders.KargsNorm{Rows: int32(xh.rows), Cols: int32(xh.cols), XStride: int32(xh.cols), YStride: int32(xh.cols), Eps: eps,
 		HasBias: b2i(bias != nil)}
-	err = b.run("layer_norm_f32", [3]int{xh.rows, 1, 1}, [3]int{threads, 1, 1}, shaders.Bytes(&a), in(1, xh), in(2, w32), in(3, b32), out(4, y))
+	err = b.run(streamCost(xh.rows*xh.cols, 8, 6), "layer_norm_f32", [3]int{xh.rows, 1, 1}, [3]int{threads, 1, 1}, shaders.Bytes(&a), in(1, xh), in(2, w32), in(3, b32), out(4, y))
 	return wrapT(y), err
 }
 
@@ -156,9 +161,9 @@ func (b *Backend) Softmax(x *backend.Tensor, scale float32, ranges [][2]int) (*b
 	if err != nil {
 		return nil, err
 	}
-	defer b.dev.Release(rb)
+	defer b.release(rb)
 	a := shaders.KargsEltwise{N: int32(xh.rows * xh.cols), Alpha: scale, Cols: int32(xh.cols)}
-	err = b.run("softmax_f32", [3]int{xh.rows, 1, 1}, [3]int{normThreads(xh.cols), 1, 1}, shaders.Bytes(&a),
+	err = b.run(streamCost(xh.rows*xh.cols, 8, 6), "softmax_f32", [3]int{xh.rows, 1, 1}, [3]int{normThreads(xh.cols), 1, 1}, shaders.Bytes(&a),
 		in(1, xh), arg{Index: 2, Buf: rb}, out(3, y))
 	return wrapT(y), err
 }
@@ -177,7 +182,7 @@ func (b *Backend) RowDots(x, y *backend.Tensor) (*backend.Tensor, error) {
 		return wrapT(o), nil
 	}
 	a := shaders.KargsNorm{Rows: int32(xh.rows), Cols: int32(xh.cols), XStride: int32(xh.cols), YStride: 1}
-	err = b.run("row_dots_f32", [3]int{xh.rows, 1, 1}, [3]int{normThreads(xh.cols), 1, 1}, shaders.Bytes(&a),
+	err = b.run(streamCost(xh.rows*xh.cols, 8, 2), "row_dots_f32", [3]int{xh.rows, 1, 1}, [3]int{normThreads(xh.cols), 1, 1}, shaders.Bytes(&a),
 		in(1, xh), in(2, yh), out(3, o))
 	return wrapT(o), err
 }

@@ -2,10 +2,12 @@ package metal
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
 	"math/rand/v2"
+	"sort"
 	"time"
 
 	"github.com/clefrt/clef/engine/backend"
@@ -21,6 +23,46 @@ type SelfTestOptions struct {
 	Timed bool
 	// Device names the GPU for the peak table ("" if none).
 	Device string
+	// Trace says the backend runs every dispatch as its own command buffer
+	// (Backend.SetTrace, set by the caller): the checks stop at the first
+	// GPU fault, which then names its kernel and shapes.
+	Trace bool
+}
+
+// FaultHint returns what to do after err, when err is a GPU fault (a failed
+// command buffer): rerun with --trace (unless traced) and Metal's validation
+// layers. It returns "" for any other error.
+func FaultHint(err error, traced bool) string {
+	var be *BufferError
+	if !errors.As(err, &be) {
+		return ""
+	}
+	s := "a command buffer failed on the GPU. To find the kernel and what it did wrong, run again with Metal's validation:\n" +
+		"  MTL_DEBUG_LAYER=1 MTL_SHADER_VALIDATION=1 METAL_DEVICE_WRAPPER_TYPE=1 clef selftest --trace\n"
+	if traced {
+		s = "the failing dispatch is named above (--trace: one dispatch per command buffer). For the exact fault (the\n" +
+			"out-of-bounds access, its buffer and thread), run again with Metal's validation:\n" +
+			"  MTL_DEBUG_LAYER=1 MTL_SHADER_VALIDATION=1 METAL_DEVICE_WRAPPER_TYPE=1 clef selftest --trace\n"
+	}
+	return s + "(MTL_DEBUG_LAYER checks the API calls, MTL_SHADER_VALIDATION every device-memory access of the kernels;\n" +
+		"both are slow, and report on stderr)"
+}
+
+// PipelineTable prints every pipeline prepared at open with its limits,
+// and returns how many failed to build.
+func PipelineTable(w io.Writer, ps []PipelineReport) int {
+	failed := 0
+	fmt.Fprintf(w, "%d pipelines (max threads per threadgroup, SIMD width, static threadgroup memory):\n", len(ps))
+	for _, p := range ps {
+		if p.Err != nil {
+			fmt.Fprintf(w, "FAIL pipeline %-40s %v\n", p.Name, p.Err)
+			failed++
+			continue
+		}
+		fmt.Fprintf(w, "     pipeline %-40s max threads %4d  exec width %2d  static tg memory %5d B\n",
+			p.Name, p.Info.MaxThreads, p.Info.ExecWidth, p.Info.StaticTGMemory)
+	}
+	return failed
 }
 
 // check is one op run on both backends.
@@ -36,7 +78,12 @@ type check struct {
 // it then measures the matmul kernels' GB/s and TFLOP/s against the chip's
 // peak. It returns the number of failed checks.
 func SelfTest(ctx context.Context, w io.Writer, b, ref backend.Backend, opts SelfTestOptions) (int, error) {
-	failed := conformance.Report(w, b)
+	failed := 0
+	gb, _ := b.(*Backend)
+	if gb != nil {
+		failed += PipelineTable(w, gb.Pipelines())
+	}
+	failed += conformance.Report(w, b)
 	rng := rand.New(rand.NewPCG(7, 11))
 	randn := func(n int, scale float64) []float32 {
 		v := make([]float32, n)
@@ -283,6 +330,7 @@ func SelfTest(ctx context.Context, w io.Writer, b, ref backend.Backend, opts Sel
 			}})
 	}
 
+	hinted := false
 	for _, c := range checks {
 		want, err := runRead(ctx, ref, c.run)
 		if err != nil {
@@ -293,6 +341,18 @@ func SelfTest(ctx context.Context, w io.Writer, b, ref backend.Backend, opts Sel
 		if err != nil {
 			fmt.Fprintf(w, "FAIL %-62s %v\n", c.name, err)
 			failed++
+			if hint := FaultHint(err, opts.Trace); hint != "" {
+				if opts.Trace {
+					// The first fault is named; what runs after it on a
+					// faulted queue says nothing more.
+					fmt.Fprintf(w, "first GPU fault: %v\n%s\n", err, hint)
+					return failed, nil
+				}
+				if !hinted {
+					fmt.Fprintln(w, hint)
+					hinted = true
+				}
+			}
 			continue
 		}
 		maxErr, nmse := compare(got, want)
@@ -308,8 +368,83 @@ func SelfTest(ctx context.Context, w io.Writer, b, ref backend.Backend, opts Sel
 			fmt.Fprintf(w, "FAIL throughput: %v\n", err)
 			failed++
 		}
+		if gb != nil {
+			if err := kernelTimes(ctx, w, gb, opts, checks); err != nil {
+				fmt.Fprintf(w, "FAIL kernel timing: %v\n", err)
+				failed++
+			}
+		}
 	}
 	return failed, nil
+}
+
+// kernelTimes runs the checks and the throughput shapes once more with
+// every dispatch its own command buffer, so that the backend's Stats hold
+// each kernel's measured GPU time, and prints the per-kernel table.
+func kernelTimes(ctx context.Context, w io.Writer, b *Backend, opts SelfTestOptions, checks []check) error {
+	b.SetTrace(true)
+	defer b.SetTrace(opts.Trace)
+	before := b.Stats()
+	for _, c := range checks {
+		if _, err := runRead(ctx, b, c.run); err != nil {
+			return fmt.Errorf("%s: %w", c.name, err)
+		}
+	}
+	if err := throughput(ctx, io.Discard, b, opts.Device, 16384, 8192); err != nil {
+		return err
+	}
+	kernelTable(w, before, b.Stats(), opts.Device)
+	return nil
+}
+
+// kernelTable prints, per kernel, the dispatches and GPU time between two
+// Stats, and the achieved GB/s and TFLOP/s (bytes and FLOPs from the cost
+// model) against the chip's peak, slowest kernel first.
+func kernelTable(w io.Writer, before, after Stats, device string) {
+	type row struct {
+		name string
+		k    KernelStats
+	}
+	var rows []row
+	for name, k := range after.Kernels {
+		p := before.Kernels[name]
+		d := KernelStats{Dispatches: k.Dispatches - p.Dispatches, Bytes: k.Bytes - p.Bytes, FLOPs: k.FLOPs - p.FLOPs,
+			EstSeconds: k.EstSeconds - p.EstSeconds, GPUSeconds: k.GPUSeconds - p.GPUSeconds}
+		if d.Dispatches > 0 {
+			rows = append(rows, row{name, d})
+		}
+	}
+	sort.Slice(rows, func(i, j int) bool {
+		if rows[i].k.GPUSeconds != rows[j].k.GPUSeconds {
+			return rows[i].k.GPUSeconds > rows[j].k.GPUSeconds
+		}
+		return rows[i].name < rows[j].name
+	})
+	peak, havePeak := chips.Of(device)
+	pct := func(v, p float64) string {
+		if !havePeak {
+			return ""
+		}
+		return fmt.Sprintf(" (%3.0f%%)", 100*v/p)
+	}
+	fmt.Fprintf(w, "per kernel, GPU time of one dispatch per command buffer:\n%-24s %6s %10s %10s %18s %18s\n",
+		"kernel", "calls", "GPU ms", "us/call", "GB/s", "TFLOP/s")
+	for _, r := range rows {
+		k := r.k
+		if k.GPUSeconds <= 0 {
+			fmt.Fprintf(w, "%-24s %6d %10s %10s %18s %18s\n", r.name, k.Dispatches, "-", "-", "-", "-")
+			continue
+		}
+		gbs, tfs := k.Bytes/k.GPUSeconds/1e9, k.FLOPs/k.GPUSeconds/1e12
+		fmt.Fprintf(w, "%-24s %6d %10.3f %10.1f %18s %18s\n", r.name, k.Dispatches, 1e3*k.GPUSeconds, 1e6*k.GPUSeconds/float64(k.Dispatches),
+			fmt.Sprintf("%7.1f%s", gbs, pct(gbs, peak.GBs)), fmt.Sprintf("%7.3f%s", tfs, pct(tfs, peak.TFLOPs)))
+	}
+	if havePeak {
+		fmt.Fprintf(w, "(%% of the %s's peak: %.0f GB/s, %.1f TFLOP/s; bytes and FLOPs are the backend's cost model's, and each\n"+
+			"GPU time includes a command buffer's start, a few microseconds)\n", peak.Name, peak.GBs, peak.TFLOPs)
+	} else {
+		fmt.Fprintf(w, "(no peak figures for %q; bytes and FLOPs are the backend's cost model's)\n", device)
+	}
 }
 
 // throughput times the matmul kernels on weights too large for the caches

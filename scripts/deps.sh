@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # make deps: installs what make test needs beyond Go when it is missing:
 # clang-19 (clang++-19: the Metal shaders compiled as C++ for the emulation
-# harness) and qemu-user (qemu-aarch64: the arm64 tests). On Debian/Ubuntu it
+# harness), qemu-user (qemu-aarch64: the arm64 tests) and ffmpeg (ffmpeg and
+# ffprobe: video decoding, and the video tests encode their clips with it). On Debian/Ubuntu it
 # runs apt-get as root or through password-less sudo; otherwise it says what
 # to install and fails.
 set -euo pipefail
 need=()
 command -v clang++-19 >/dev/null || need+=(clang-19)
 command -v qemu-aarch64 >/dev/null || need+=(qemu-user)
+{ command -v ffmpeg >/dev/null && command -v ffprobe >/dev/null; } || need+=(ffmpeg)
 if [ ${#need[@]} -eq 0 ]; then
-  echo "deps: clang++-19 and qemu-aarch64 present"
+  echo "deps: clang++-19, qemu-aarch64, ffmpeg and ffprobe present"
   exit 0
 fi
 if ! command -v apt-get >/dev/null; then
@@ -37,8 +39,15 @@ for p in "${need[@]}"; do
     exit 1
   fi
 done
-"${sudo[@]}" apt-get install -y -qq "${need[@]}" >/dev/null
-for c in clang++-19 qemu-aarch64; do
+# ffmpeg without its recommends (GPU drivers, sound servers): the tests run
+# the command-line tools alone.
+rest=()
+for p in "${need[@]}"; do [ "$p" = ffmpeg ] || rest+=("$p"); done
+[ ${#rest[@]} -eq 0 ] || "${sudo[@]}" apt-get install -y -qq "${rest[@]}" >/dev/null
+if [[ " ${need[*]} " == *" ffmpeg "* ]]; then
+  "${sudo[@]}" apt-get install -y -qq --no-install-recommends ffmpeg >/dev/null
+fi
+for c in clang++-19 qemu-aarch64 ffmpeg ffprobe; do
   command -v "$c" >/dev/null || { echo "deps: $c still missing after apt-get install" >&2; exit 1; }
 done
 echo "deps: installed ${need[*]}"

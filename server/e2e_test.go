@@ -56,12 +56,20 @@ func loadGoldens(t testing.TB) []goldenCase {
 // tinyServer serves the embedded tiny model.
 func tinyServer(t testing.TB, cfg Config) (*Server, string) {
 	t.Helper()
+	return tinyServerWith(t, cfg, engine.Options{})
+}
+
+// tinyServerWith serves the embedded tiny model on the CPU with the engine
+// options opts.
+func tinyServerWith(t testing.TB, cfg Config, opts engine.Options) (*Server, string) {
+	t.Helper()
 	dir, cleanup, err := tinymodel.WriteDir()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(cleanup)
-	cfg.Load = EngineLoader(dir, engine.Options{Backend: "cpu"})
+	opts.Backend = "cpu"
+	cfg.Load = EngineLoader(dir, opts)
 	cfg.ModelPath = dir
 	s, ts := startServer(t, cfg)
 	return s, ts.URL

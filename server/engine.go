@@ -45,8 +45,8 @@ func (p *enginePrepared) Tokens() int { return p.p.Tokens() }
 
 func (p *enginePrepared) Estimate() (time.Duration, string, bool) { return p.e.Estimate(p.p) }
 
-func (m *engineModel) Prepare(req *api.Request) (Prepared, error) {
-	p, err := m.e.Prepare(req)
+func (m *engineModel) Prepare(ctx context.Context, req *api.Request) (Prepared, error) {
+	p, err := m.e.PrepareContext(ctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -78,6 +78,9 @@ func decision(resp *api.Response, st *engine.Stats, err error) (*Decision, error
 	if st != nil {
 		d.InputTokens = st.InputTokens
 		d.Stages = []Stage{{"encode", st.Encode}, {"thinker", st.Thinker}, {"head", st.Head}}
+		if st.Decode+st.Processor > 0 { // a record with media: its decoders (videos: ffmpeg), processors and towers
+			d.Stages = append(d.Stages, Stage{"media_decode", st.Decode}, Stage{"processor", st.Processor}, Stage{"towers", st.Towers})
+		}
 		if st.PrefixHit {
 			d.CachedTokens = st.CachedTokens
 		}

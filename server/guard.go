@@ -420,6 +420,11 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, p protocol) (b
 	tooLarge := func(n int64) *httpError {
 		e := &httpError{Status: http.StatusRequestEntityTooLarge, Code: api.CodeTooLong}
 		switch {
+		case hosted && limit == api.MaxBodyBytes+api.MaxMediaBodyBytes:
+			// Past what text and media may take together: say both.
+			e.Message = fmt.Sprintf("request too large: more than %d bytes; the hosted route reads %d bytes of text (about %d tokens) "+
+				"plus media within their decoded limits (%d MiB of images; %d MiB of audio and videos together)",
+				limit, api.MaxBodyBytes, api.MaxBodyBytes/4, api.MaxImagesBytes>>20, api.MaxAVBytes>>20)
 		case hosted && n > 0:
 			e.Message = fmt.Sprintf("request too large: %d bytes is about %d tokens, more than %d", n, n/4, api.MaxBodyBytes/4)
 		case hosted:

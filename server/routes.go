@@ -242,8 +242,10 @@ func (s *Server) handleDecide(p protocol) handlerFunc {
 }
 
 // parse decodes and validates a body for protocol p: the reference's checks
-// on SystemOne, the hosted API's on Workers AI; media are refused until the
-// runtime reads them. On Workers AI, members that the published schema
+// on SystemOne, the hosted API's on Workers AI (at most 4 images, 4 clips and
+// 2 videos within their decoded sizes). The media themselves (images, audio,
+// videos) are decoded by the model, which refuses what it cannot read with a
+// 422 naming the item. On Workers AI, members that the published schema
 // allows but the API does not use are answered, not refused, and returned in
 // ignored so the envelope's messages can say so.
 func (s *Server) parse(p protocol, body []byte) (req *api.Request, ignored []string, err error) {
@@ -276,9 +278,6 @@ func (s *Server) parse(p protocol, body []byte) (req *api.Request, ignored []str
 		err = req.Validate()
 	}
 	if err != nil {
-		return nil, nil, err
-	}
-	if err := req.RefuseMedia("video input is not supported yet by this runtime (images and audio are)", "videos"); err != nil {
 		return nil, nil, err
 	}
 	return req, ignored, nil

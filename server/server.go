@@ -98,14 +98,15 @@ type BatchModel interface {
 
 // Preparer is implemented by models that can do a request's host-side work
 // (validation, tokenization, record encoding: seconds for a state of tens
-// of megabytes, and not interruptible) before it is queued, on the
-// request's own goroutine, and bound its compute time from their own
+// of megabytes; media decoding: seconds for a video) before it is queued,
+// on the request's own goroutine, and bound its compute time from their own
 // measured speed. The worker then runs only the compute (DecidePrepared).
 type Preparer interface {
 	Model
 	// Prepare readies req; its errors are refusals of the request, as
-	// Decide's are.
-	Prepare(req *api.Request) (Prepared, error)
+	// Decide's are. ctx is the request's: when it ends, work that can stop
+	// (the video decoders) stops.
+	Prepare(ctx context.Context, req *api.Request) (Prepared, error)
 	// DecidePrepared answers a request Prepare readied (on this model or
 	// an earlier load of it).
 	DecidePrepared(ctx context.Context, p Prepared) (*Decision, error)
@@ -466,8 +467,11 @@ func (s *Server) prepare(j *job) error {
 			return j.ctx.Err()
 		}
 	}
-	p, err := pm.Prepare(j.req)
+	p, err := pm.Prepare(j.ctx, j.req)
 	if err != nil {
+		if cerr := j.ctx.Err(); cerr != nil {
+			return cerr // the request ended: what stopped the work says nothing about the request
+		}
 		return err
 	}
 	j.prep = p

@@ -17,7 +17,9 @@ import (
 	"github.com/clefrt/clef/engine/backend"
 	"github.com/clefrt/clef/engine/backend/conformance"
 	"github.com/clefrt/clef/engine/convert"
+	"github.com/clefrt/clef/engine/media/video"
 	"github.com/clefrt/clef/engine/record"
+	"github.com/clefrt/clef/engine/release"
 	"github.com/clefrt/clef/engine/tinymodel"
 	"github.com/clefrt/clef/engine/tokenizer"
 	"github.com/clefrt/clef/quant"
@@ -40,6 +42,7 @@ type benchFlags struct {
 	layers                        int
 	kernels                       bool
 	kernelTime                    time.Duration
+	ffmpeg                        string
 }
 
 func init() {
@@ -77,7 +80,8 @@ States: 256, 1k (1024), 4k, 16k tokens, or 64k (fills --max-length).`,
 	fl.StringVar(&f.options, "options", "4", "options per choice question (2..255; scores get min(n,10) levels, nouls 2)")
 	fl.IntVar(&f.records, "records", 1, "different records per scenario")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the synthetic records")
-	fl.StringVar(&f.media, "media", "", "media scenarios to run too (alone unless grid flags are also given): image (a 1280x800 JPEG), audio (a 30 s WAV), image+audio, audio300 (300 s)")
+	fl.StringVar(&f.media, "media", "", "media scenarios to run too (alone unless grid flags are also given): image (a 1280x800 JPEG), audio (a 30 s WAV), image+audio, audio300 (300 s), video (10 s of 640x360 H.264 made with ffmpeg), video+audio (with an AAC soundtrack, heard)")
+	fl.StringVar(&f.ffmpeg, "ffmpeg", "", ffmpegHelp+"; the video scenarios are skipped without one")
 	fl.StringVar(&f.scenarios, "scenarios", "", "JSONL of SystemOne requests to run too (alone unless grid flags are also given)")
 	fl.IntVar(&f.reps, "reps", 3, "measured runs of every record")
 	fl.IntVar(&f.warmup, "warmup", 1, "warm-up runs of every record")
@@ -139,6 +143,15 @@ func runBench(cmd *cobra.Command, f *benchFlags) error {
 		return usage(err)
 	}
 	grid := (f.scenarios == "" && f.media == "") || cmd.Flags().Changed("states") || cmd.Flags().Changed("questions") || cmd.Flags().Changed("options")
+	if onlyVideo(kinds) && !grid && f.scenarios == "" {
+		// Nothing else to run: a missing ffmpeg skips them, not fails.
+		if _, err := video.Find(f.ffmpeg); err != nil {
+			for _, k := range kinds {
+				fmt.Fprintf(errOut, "skipped media-%s: the video scenarios need ffmpeg: %v\n", k.Name, err)
+			}
+			return nil
+		}
+	}
 
 	var cleanups []func()
 	defer func() {
@@ -147,6 +160,13 @@ func runBench(cmd *cobra.Command, f *benchFlags) error {
 		}
 	}()
 	models := bench.ParseModels(f.models)
+	for i := range models {
+		p, err := modelPath(models[i].Path)
+		if err != nil {
+			return usage(err)
+		}
+		models[i].Path = p
+	}
 	if f.synthetic != "" {
 		if len(models) > 0 {
 			return usage(fmt.Errorf("--synthetic-real-shape and --models do not go together"))
@@ -193,6 +213,14 @@ func runBench(cmd *cobra.Command, f *benchFlags) error {
 		}
 		tok = t
 	}
+	// The video records are counted with the first model's processor
+	// settings, as its engine reads them.
+	var proc *release.Processor
+	if len(models) > 0 {
+		if cfg, err := release.ReadConfig(models[0].Path); err == nil {
+			proc = cfg.Processor
+		}
+	}
 	build := func(tok record.Tokenizer) ([]*bench.Scenario, []bench.Skipped, error) {
 		var all []*bench.Scenario
 		var skipped []bench.Skipped
@@ -204,11 +232,11 @@ func runBench(cmd *cobra.Command, f *benchFlags) error {
 			all, skipped = s, sk
 		}
 		if len(kinds) > 0 {
-			s, err := bench.BuildMedia(tok, kinds, f.maxLength, f.seed)
+			s, sk, err := bench.BuildMedia(tok, kinds, bench.MediaOptions{MaxLength: f.maxLength, Seed: f.seed, FFmpeg: f.ffmpeg, Processor: proc})
 			if err != nil {
 				return nil, nil, err
 			}
-			all = append(all, s...)
+			all, skipped = append(all, s...), append(skipped, sk...)
 		}
 		if f.scenarios != "" {
 			fh, err := os.Open(f.scenarios)
@@ -225,7 +253,7 @@ func runBench(cmd *cobra.Command, f *benchFlags) error {
 		return all, skipped, nil
 	}
 	cfg := bench.Config{Models: models, URL: f.url, Token: f.token, Warmup: f.warmup, Reps: f.reps,
-		Engine:    engine.Options{Backend: f.backend, Threads: f.threads, MaxLength: f.maxLength},
+		Engine:    engine.Options{Backend: f.backend, Threads: f.threads, MaxLength: f.maxLength, FFmpeg: f.ffmpeg},
 		Reference: f.reference, Log: errOut}
 	rep, err := bench.Run(ctx, cfg, tok, build)
 	if err != nil {
@@ -239,6 +267,16 @@ func runBench(cmd *cobra.Command, f *benchFlags) error {
 		rep.Kernels = k
 	}
 	return writeBenchOutput(out, rep, f.out)
+}
+
+// onlyVideo reports whether kinds are all video scenarios (and not none).
+func onlyVideo(kinds []bench.MediaKind) bool {
+	for _, k := range kinds {
+		if k.Videos == 0 {
+			return false
+		}
+	}
+	return len(kinds) > 0
 }
 
 // writeBenchOutput writes the report into dir, or report.md to out.

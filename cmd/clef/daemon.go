@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/clefrt/clef/engine/media/video"
 	"github.com/clefrt/clef/server"
 	"github.com/clefrt/clef/server/launchagent"
 )
@@ -21,7 +22,7 @@ func init() {
 		Use:   "daemon",
 		Short: "Run clef serve at login on macOS (LaunchAgent)",
 	}
-	var model, addr, token string
+	var model, addr, token, ffmpeg string
 	var idle string
 	var load, unload bool
 	install := &cobra.Command{
@@ -31,7 +32,13 @@ func init() {
 "clef serve --model PATH" at login and restarts it if it fails, with its log in
 ~/Library/Logs/clef/serve.log. On macOS it is also loaded now (launchctl).
 --token reaches clef serve as CLEF_TOKEN in the agent's environment (the
-plist is readable by you only), never in its arguments, which ps shows.`,
+plist is readable by you only), never in its arguments, which ps shows.
+
+Videos are decoded with ffmpeg. launchd starts agents with a PATH that lacks
+Homebrew's, so the ffmpeg found now (--ffmpeg, else $CLEF_FFMPEG, else PATH)
+is written into the agent as an absolute path; without one the agent's PATH
+covers Homebrew's directories, and videos are refused until ffmpeg is
+installed (brew install ffmpeg) and the daemon restarted.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if model == "" {
@@ -40,12 +47,19 @@ plist is readable by you only), never in its arguments, which ps shows.`,
 			if model == "" {
 				return &exitError{2, errors.New("--model is required: the daemon needs a model to load at login")}
 			}
-			abs, err := filepath.Abs(model)
-			if err != nil {
-				return err
-			}
-			if _, err := os.Stat(abs); err != nil {
-				return &exitError{2, fmt.Errorf("--model: %w", err)}
+			// A Hub name stays a name in the agent, so each start resolves
+			// the snapshot cached then; a path is made absolute.
+			abs := model
+			if !isHubName(model) {
+				var err error
+				if abs, err = filepath.Abs(model); err != nil {
+					return err
+				}
+				if _, err := os.Stat(abs); err != nil {
+					return &exitError{2, fmt.Errorf("--model: %w", err)}
+				}
+			} else if _, err := modelPath(model); err != nil {
+				return &exitError{2, err}
 			}
 			prog, err := os.Executable()
 			if err != nil {
@@ -64,6 +78,21 @@ plist is readable by you only), never in its arguments, which ps shows.`,
 				// Through the environment, not the arguments, which every
 				// local user sees in ps; the plist is mode 0600.
 				env = map[string]string{"CLEF_TOKEN": token}
+			}
+			if t, err := video.Find(ffmpeg); err == nil {
+				abs, err := filepath.Abs(t.FFmpeg)
+				if err != nil {
+					return err
+				}
+				args = append(args, "--ffmpeg", abs)
+			} else if ffmpeg != "" {
+				return &exitError{2, fmt.Errorf("--ffmpeg: %w", err)}
+			} else {
+				if env == nil {
+					env = map[string]string{}
+				}
+				env["PATH"] = agentPath
+				fmt.Fprintf(cmd.ErrOrStderr(), "clef: note: %v\nclef: the daemon serves everything but videos, which it refuses until ffmpeg is installed and the daemon restarted\n", err)
 			}
 			if idle != "" {
 				if _, err := time.ParseDuration(idle); err != nil {
@@ -91,6 +120,7 @@ plist is readable by you only), never in its arguments, which ps shows.`,
 	install.Flags().StringVar(&token, "token", "", "bearer token the daemon requires (given to clef serve as $CLEF_TOKEN from the plist, mode 0600; never in its arguments)")
 	install.Flags().StringVar(&idle, "idle-unload", "", "unload the model after this long idle (e.g. 30m)")
 	install.Flags().BoolVar(&load, "load", true, "on macOS, load the agent now with launchctl")
+	install.Flags().StringVar(&ffmpeg, "ffmpeg", "", "ffmpeg the daemon decodes videos with, ffprobe beside it (default: the one $CLEF_FFMPEG, then PATH, names now)")
 
 	uninstall := &cobra.Command{
 		Use:   "uninstall",
@@ -121,6 +151,11 @@ plist is readable by you only), never in its arguments, which ps shows.`,
 	daemon.AddCommand(install, uninstall)
 	rootCmd.AddCommand(daemon)
 }
+
+// agentPath is the agent's PATH when no ffmpeg was found at install: the
+// system's directories after Homebrew's (Apple silicon, then Intel), so an
+// ffmpeg installed later is found when the daemon next starts.
+const agentPath = "/opt/homebrew/bin:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
 
 // launchctl runs launchctl on the user's GUI domain.
 func launchctl(cmd *cobra.Command, verb, plist string) error {

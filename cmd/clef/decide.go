@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -16,6 +17,7 @@ import (
 	"github.com/clefrt/clef/engine"
 	"github.com/clefrt/clef/engine/api"
 	"github.com/clefrt/clef/engine/media"
+	"github.com/clefrt/clef/engine/media/video"
 	"github.com/clefrt/clef/engine/pyjson"
 	"github.com/clefrt/clef/engine/tinymodel"
 )
@@ -39,7 +41,12 @@ type decideFlags struct {
 	threads       int
 	strict        bool
 	images, audio []string // local files to attach
+	videos        []string // local video files to attach
+	ffmpeg        string   // the ffmpeg executable that decodes videos
 }
+
+// ffmpegHelp is the help of every command's --ffmpeg flag.
+const ffmpegHelp = "ffmpeg executable that decodes videos, ffprobe beside it (default $CLEF_FFMPEG, then PATH); without one, videos are refused and everything else works"
 
 func (f *decideFlags) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
@@ -52,21 +59,31 @@ func (f *decideFlags) register(cmd *cobra.Command) {
 	fl.BoolVar(&f.strict, "strict", false, "also apply the hosted Workers AI limits to the request")
 	fl.StringArrayVar(&f.images, "image", nil, "attach a local PNG, JPEG or WebP file to the request's images (repeatable; after any the request carries)")
 	fl.StringArrayVar(&f.audio, "audio", nil, "attach a local WAV or MP3 file to the request's audio (repeatable; after any the request carries)")
+	fl.StringArrayVar(&f.videos, "video", nil, "attach a local MP4, MOV or WebM video to the request's videos (repeatable, at most 2; after any the request carries); its soundtrack is heard when every video has one; needs ffmpeg")
+	fl.StringVar(&f.ffmpeg, "ffmpeg", "", ffmpegHelp)
 }
 
-// attach adds the files of --image and --audio to req as {content_type,
-// base64} items, the content type named from the bytes.
+// attach adds the files of --image, --audio and --video to req as
+// {content_type, base64} items, the content type named from the bytes (a
+// video's from its extension when the bytes do not say).
 func (f *decideFlags) attach(req *api.Request) error {
+	if n := len(f.videos); n > api.MaxVideos {
+		return &exitError{exitBadRequest, fmt.Errorf("--video: at most %d videos, got %d", api.MaxVideos, n)}
+	}
 	for _, a := range []struct {
 		field string
 		files []string
-	}{{"images", f.images}, {"audio", f.audio}} {
+	}{{"images", f.images}, {"audio", f.audio}, {"videos", f.videos}} {
 		for _, name := range a.files {
 			data, err := readMediaFile(name)
 			if err != nil {
 				return err
 			}
-			if err := req.AddMedia(a.field, mediaType(a.field, data), data); err != nil {
+			ct := mediaType(a.field, data)
+			if a.field == "videos" {
+				ct = videoType(name, data)
+			}
+			if err := req.AddMedia(a.field, ct, data); err != nil {
 				return &exitError{exitBadRequest, fmt.Errorf("--%s %s: %w", strings.TrimSuffix(a.field, "s"), name, err)}
 			}
 		}
@@ -74,11 +91,12 @@ func (f *decideFlags) attach(req *api.Request) error {
 	return nil
 }
 
-// maxMediaFile bounds a file attached with --image or --audio (the hosted
-// limits are smaller; the engine names the item that is over them).
+// maxMediaFile bounds a file attached with --image, --audio or --video
+// (the hosted limits are smaller; the engine names the item that is over
+// them).
 const maxMediaFile = 64 << 20
 
-// readMediaFile reads a file for --image or --audio.
+// readMediaFile reads a file for --image, --audio or --video.
 func readMediaFile(name string) ([]byte, error) {
 	fh, err := os.Open(name)
 	if err != nil {
@@ -111,6 +129,23 @@ func mediaType(field string, data []byte) string {
 		return "audio/mpeg"
 	}
 	return "audio/unknown"
+}
+
+// videoType names the content type of an attached video: from its
+// container when our probe knows it, else from the file's extension (.mp4,
+// .m4v and .mov are ISO BMFF, video/mp4; .webm is video/webm). The engine
+// decodes what the bytes are, whatever the type says.
+func videoType(name string, data []byte) string {
+	if c, err := video.Probe(data); err == nil && c.Format != "" {
+		return "video/" + c.Format
+	}
+	switch strings.ToLower(filepath.Ext(name)) {
+	case ".mp4", ".m4v", ".mov":
+		return "video/mp4"
+	case ".webm":
+		return "video/webm"
+	}
+	return "video/unknown"
 }
 
 func init() {
@@ -171,7 +206,7 @@ func runDecide(cmd *cobra.Command, f *decideFlags, body []byte, stats bool) erro
 		fmt.Fprintln(errOut, "clef: note:", tinymodel.Warning)
 	}
 	loadStart := time.Now()
-	e, err := engine.Open(path, engine.Options{Backend: f.backend, Threads: f.threads, MaxLength: f.maxLength, Strict: f.strict})
+	e, err := engine.Open(path, engine.Options{Backend: f.backend, Threads: f.threads, MaxLength: f.maxLength, Strict: f.strict, FFmpeg: f.ffmpeg})
 	if err != nil {
 		return err
 	}
@@ -239,14 +274,16 @@ func readRequest(stdin io.Reader, input string) ([]byte, error) {
 	return body, nil
 }
 
-// resolveModel picks the model: --model, else $CLEF_MODEL, else the embedded
-// synthetic tiny model written to a temporary directory.
+// resolveModel picks the model: --model, else $CLEF_MODEL (a path, or a Hub
+// name resolved through the cache: modelPath), else the embedded synthetic
+// tiny model written to a temporary directory.
 func resolveModel(flag string) (path string, synthetic bool, cleanup func(), err error) {
 	if flag == "" {
 		flag = os.Getenv("CLEF_MODEL")
 	}
 	if flag != "" {
-		return flag, false, func() {}, nil
+		p, err := modelPath(flag)
+		return p, false, func() {}, err
 	}
 	dir, cleanup, err := tinymodel.WriteDir()
 	if err != nil {

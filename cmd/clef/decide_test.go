@@ -162,7 +162,7 @@ func TestDecideErrors(t *testing.T) {
 		{`{}`, []string{"missing.json"}, 1, "missing.json"},
 		{`{"model": "clef-omni", "state": "s", "questions": {"q": {"type": "noul", "instructions": "x"}}}`, []string{"--max-length", "20"}, exitBadRequest, "schema requires"},
 		{`{"model": "clef-omni", "state": "s", "questions": {"q": {"type": "noul", "instructions": "x"}}, "images": ["data:image/png;base64,AAAA"]}`, nil, exitBadRequest, "images[0]: bytes are no known format"},
-		{`{"model": "clef-omni", "state": "s", "questions": {"q": {"type": "noul", "instructions": "x"}}, "videos": ["data:video/mp4;base64,AAAA"]}`, nil, exitBadRequest, "videos: video input is not supported yet"},
+		{`{"model": "clef-omni", "state": "s", "questions": {"q": {"type": "noul", "instructions": "x"}}, "videos": ["data:video/mp4;base64,AAAA"]}`, nil, exitBadRequest, "videos[0]: "},
 	} {
 		args := append([]string{"decide", "--model", tinyRelease}, tc.args...)
 		_, _, err := run(t, tc.stdin, args...)

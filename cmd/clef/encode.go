@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +22,7 @@ import (
 func init() {
 	var (
 		tokPath   string
+		ffmpeg    string
 		maxLength int
 		validate  bool
 	)
@@ -32,11 +34,17 @@ prints, on one line, the Clef record encoding:
 {"input_ids": [...], "questions": [{"question_id", "question_type",
 "question_span", "option_spans", "option_ids"}]}.
 
-A request with images or audio is decoded and processed as the model would
-read it (with the processor settings of the --tokenizer directory when it is
-a release, else the release's defaults), its placeholders expanded in the
-ids, and the line gains "media": {"image_tokens": [...], "audio_tokens":
-[...], "start": S, "end": E} (the media block is ids [S, E)).
+A request with images, audio or videos is decoded and processed as the
+model would read it (with the processor settings of the --tokenizer
+directory when it is a release, else the release's defaults; videos with
+ffmpeg, see --ffmpeg), its placeholders expanded in the ids, and the line
+gains "media": {"image_tokens": [...], "audio_tokens": [...], "start": S,
+"end": E} (the media block is ids [S, E)). With videos it also holds
+"videos": one {"frames", "temporal_patches", "tokens_per_patch",
+"video_tokens", "audio_tokens", "seconds_per_grid"} per video (frames as the
+processor reads them, an odd count padded by one; audio_tokens are the
+soundtrack's, 0 unheard) and "heard": whether the soundtracks are heard
+(every video has one).
 
 Without --validate it does what the reference encode_record does and fails
 where it fails; --validate first applies the reference request checks of
@@ -75,11 +83,15 @@ systemone(). A failure exits 1 with a one-line error on stderr.
 			}
 			var line []byte
 			if req.Images.Truthy() || req.Audio.Truthy() || req.Videos.Truthy() {
-				var proc *release.Processor
-				if cfg, err := release.ReadConfig(tokPath); err == nil {
+				proc := release.DefaultProcessor()
+				if cfg, err := release.ReadConfig(tokPath); err == nil && cfg.Processor != nil {
 					proc = cfg.Processor
 				}
-				m, err := engine.MediaCounts(req, proc)
+				ctx := cmd.Context()
+				if ctx == nil {
+					ctx = context.Background()
+				}
+				m, err := engine.MediaCountsContext(ctx, req, proc, ffmpeg)
 				if err != nil {
 					return &exitError{1, fmt.Errorf("encode: %w", err)}
 				}
@@ -88,7 +100,7 @@ systemone(). A failure exits 1 with a one-line error on stderr.
 					return &exitError{1, fmt.Errorf("encode: %w", err)}
 				}
 				line = appendEncoded(nil, enc)
-				line = appendMedia(line[:len(line)-1], m, pl)
+				line = appendMedia(line[:len(line)-1], m, pl, proc.Image.TemporalPatchSize)
 			} else {
 				enc, err := record.Encode(tok, req, maxLength)
 				if err != nil {
@@ -105,6 +117,7 @@ systemone(). A failure exits 1 with a one-line error on stderr.
 	cmd.Flags().StringVar(&tokPath, "tokenizer", "", "tokenizer.json, or a model directory holding one")
 	cmd.Flags().IntVar(&maxLength, "max-length", record.DefaultMaxLength, "context length; the state is cut to fit")
 	cmd.Flags().BoolVar(&validate, "validate", false, "apply the reference request checks first")
+	cmd.Flags().StringVar(&ffmpeg, "ffmpeg", "", ffmpegHelp)
 	rootCmd.AddCommand(cmd)
 }
 
@@ -143,17 +156,49 @@ func appendEncoded(dst []byte, enc *record.Encoded) []byte {
 }
 
 // appendMedia appends the media member (and the closing brace) of an
-// encoding line.
-func appendMedia(dst []byte, m record.Media, pl *record.Placement) []byte {
+// encoding line; temporal is the processor's temporal patch size (frames
+// per temporal patch).
+func appendMedia(dst []byte, m record.Media, pl *record.Placement, temporal int) []byte {
 	dst = append(dst, `,"media":{"image_tokens":`...)
 	dst = appendInts(dst, m.ImageTokens)
 	dst = append(dst, `,"audio_tokens":`...)
 	dst = appendInts(dst, m.AudioTokens)
+	if len(m.Videos) > 0 {
+		dst = appendVideos(dst, m.Videos, temporal)
+	}
 	dst = append(dst, `,"start":`...)
 	dst = strconv.AppendInt(dst, int64(pl.Start), 10)
 	dst = append(dst, `,"end":`...)
 	dst = strconv.AppendInt(dst, int64(pl.End), 10)
 	return append(dst, "}}"...)
+}
+
+// appendVideos appends the "videos" and "heard" members of the media
+// object.
+func appendVideos(dst []byte, videos []record.Video, temporal int) []byte {
+	heard := false
+	dst = append(dst, `,"videos":[`...)
+	for i, v := range videos {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		heard = heard || v.AudioTokens > 0
+		dst = append(dst, `{"frames":`...)
+		dst = strconv.AppendInt(dst, int64(v.Frames*temporal), 10)
+		dst = append(dst, `,"temporal_patches":`...)
+		dst = strconv.AppendInt(dst, int64(v.Frames), 10)
+		dst = append(dst, `,"tokens_per_patch":`...)
+		dst = strconv.AppendInt(dst, int64(v.FrameTokens), 10)
+		dst = append(dst, `,"video_tokens":`...)
+		dst = strconv.AppendInt(dst, int64(v.Frames*v.FrameTokens), 10)
+		dst = append(dst, `,"audio_tokens":`...)
+		dst = strconv.AppendInt(dst, int64(v.AudioTokens), 10)
+		dst = append(dst, `,"seconds_per_grid":`...)
+		dst = strconv.AppendFloat(dst, v.SecondsPerGrid, 'g', -1, 64)
+		dst = append(dst, '}')
+	}
+	dst = append(dst, `],"heard":`...)
+	return strconv.AppendBool(dst, heard)
 }
 
 // appendInts appends xs as a JSON array.

@@ -24,6 +24,7 @@ import (
 func init() {
 	var (
 		model, ids, request, out, backendName string
+		ffmpeg                                string
 		threads, maxLength                    int
 		precise                               bool
 	)
@@ -34,11 +35,12 @@ func init() {
 thinker as a float32 .npy array of shape [L, hidden].
 
 With --request FILE (a SystemOne request, "-" for stdin) it encodes the whole
-record as clef decide does, media included (images and audio through their
-decoders, processors and towers, placed and positioned as the reference
-does), and writes the hidden states of all L record tokens: the input of the
-joint head. --model defaults to $CLEF_MODEL, else the embedded synthetic
-tiny model; --max-length is the record's token budget.
+record as clef decide does, media included (images, audio and videos
+through their decoders, processors and towers, placed and positioned as the
+reference does; videos are decoded with ffmpeg, see --ffmpeg), and writes
+the hidden states of all L record tokens: the input of the joint head.
+--model defaults to $CLEF_MODEL, else the embedded synthetic tiny model;
+--max-length is the record's token budget.
 
 With --ids it runs the text decoder alone on the given token ids (plain text
 positions 0..L-1). PATH is then a release directory (f32/bf16 safetensors
@@ -56,7 +58,7 @@ unless --precise (--ids only).`,
 				return &exitError{2, fmt.Errorf("hidden: --threads must be >= 0, got %d", threads)}
 			}
 			if request != "" {
-				return runHiddenRequest(cmd, request, model, backendName, threads, maxLength, out)
+				return runHiddenRequest(cmd, request, engine.Options{Backend: backendName, Threads: threads, MaxLength: maxLength, FFmpeg: ffmpeg}, model, out)
 			}
 			if model == "" {
 				return &exitError{2, fmt.Errorf("hidden: --ids needs --model")}
@@ -64,6 +66,9 @@ unless --precise (--ids only).`,
 			tok, err := parseIDs(ids)
 			if err != nil {
 				return &exitError{2, fmt.Errorf("hidden: --ids: %w", err)}
+			}
+			if model, err = modelPath(model); err != nil {
+				return &exitError{2, err}
 			}
 			h, hidden, err := runHidden(cmd.Context(), model, backend.Options{Threads: threads, Precise: precise}, backendName, tok)
 			if err != nil {
@@ -81,6 +86,7 @@ unless --precise (--ids only).`,
 	fl.StringVar(&backendName, "backend", "cpu", "compute backend")
 	fl.IntVar(&threads, "threads", 0, "CPU threads (0: all cores)")
 	fl.BoolVar(&precise, "precise", false, "float32 activations for block-quantized weights (slower)")
+	fl.StringVar(&ffmpeg, "ffmpeg", "", "with --request: "+ffmpegHelp)
 	rootCmd.AddCommand(cmd)
 }
 
@@ -144,10 +150,11 @@ func writeHidden(out string, hidden []float32, rows, cols int) error {
 	return nil
 }
 
-// runHiddenRequest writes the hidden states of a whole request's record.
-func runHiddenRequest(cmd *cobra.Command, request, model, backendName string, threads, maxLength int, out string) error {
-	if maxLength <= 0 {
-		return &exitError{2, fmt.Errorf("hidden: --max-length must be positive, got %d", maxLength)}
+// runHiddenRequest writes the hidden states of a whole request's record,
+// on the engine opened with opts.
+func runHiddenRequest(cmd *cobra.Command, request string, opts engine.Options, model, out string) error {
+	if opts.MaxLength <= 0 {
+		return &exitError{2, fmt.Errorf("hidden: --max-length must be positive, got %d", opts.MaxLength)}
 	}
 	body, err := readRequest(cmd.InOrStdin(), request)
 	if err != nil {
@@ -165,10 +172,10 @@ func runHiddenRequest(cmd *cobra.Command, request, model, backendName string, th
 	if synthetic {
 		fmt.Fprintln(cmd.ErrOrStderr(), "clef: note:", tinymodel.Warning)
 	}
-	if backendName == "cpu" && !cmd.Flags().Changed("backend") {
-		backendName = "" // the best available, as clef decide
+	if opts.Backend == "cpu" && !cmd.Flags().Changed("backend") {
+		opts.Backend = "" // the best available, as clef decide
 	}
-	e, err := engine.Open(path, engine.Options{Backend: backendName, Threads: threads, MaxLength: maxLength})
+	e, err := engine.Open(path, opts)
 	if err != nil {
 		return &exitError{1, fmt.Errorf("hidden: %w", err)}
 	}

@@ -26,7 +26,11 @@ with a note when that exceeds this machine's RAM.`,
 			if ctx <= 0 || ctx > 1<<24 {
 				return &exitError{2, fmt.Errorf("inspect: --context must be between 1 and %d, got %d", 1<<24, ctx)}
 			}
-			d, err := convert.Describe(args[0], ctx)
+			p, err := modelPath(args[0])
+			if err != nil {
+				return &exitError{1, fmt.Errorf("inspect: %w", err)}
+			}
+			d, err := convert.Describe(p, ctx)
 			if err != nil {
 				return &exitError{1, fmt.Errorf("inspect: %w", err)}
 			}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/clefrt/clef/hub"
 	"github.com/clefrt/clef/menubar"
 	"github.com/clefrt/clef/server"
 )
@@ -34,6 +35,9 @@ line whenever it changes.`,
 				if home, err := os.UserHomeDir(); err == nil {
 					o.ModelsDir = filepath.Join(home, ".clef", "models")
 				}
+			}
+			if c, err := hub.DefaultCache(); err == nil {
+				o.Hub = c // models pulled with clef pull, by name
 			}
 			o.Out = cmd.OutOrStdout()
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)

@@ -59,6 +59,9 @@ tensors whose rows do not fit a type's blocks fall back as llama.cpp does
 			if !quiet {
 				opts.Progress = os.Stderr
 			}
+			if model, err = modelPath(model); err != nil {
+				return &exitError{2, err}
+			}
 			res, err := convert.Quantize(model, opts)
 			if err != nil {
 				return &exitError{1, err}

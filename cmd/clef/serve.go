@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/clefrt/clef/engine"
+	"github.com/clefrt/clef/engine/media/video"
 	"github.com/clefrt/clef/engine/tinymodel"
 	"github.com/clefrt/clef/server"
 )
@@ -43,6 +44,7 @@ type serveFlags struct {
 	corsOrigins      []string
 	strict           bool
 	bodyBudget       string
+	ffmpeg           string
 }
 
 func init() {
@@ -93,6 +95,7 @@ requests 503 at once, let the decision in flight finish for up to
 	fl.StringArrayVar(&f.corsOrigins, "cors-origin", nil, "web origin (scheme://host[:port]) allowed to call the daemon from a browser, with CORS headers (repeatable); none by default")
 	fl.BoolVar(&f.strict, "strict", false, "apply the hosted Workers AI checks and body-size rule (524,288 bytes) on /v1/systemone too")
 	fl.StringVar(&f.bodyBudget, "body-budget-bytes", "256MiB", "bytes of all request bodies held at once (at least --max-body-bytes); past it requests wait briefly, then get 503 with Retry-After")
+	fl.StringVar(&f.ffmpeg, "ffmpeg", "", ffmpegHelp+" (422 saying what to install)")
 	rootCmd.AddCommand(cmd)
 }
 
@@ -153,7 +156,7 @@ func runServe(cmd *cobra.Command, f *serveFlags) error {
 		Token:            token,
 		ModelName:        f.name,
 		ModelPath:        path,
-		Load:             server.EngineLoader(path, engine.Options{Backend: f.backend, Threads: f.threads, MaxLength: f.maxLength, Strict: f.strict}),
+		Load:             server.EngineLoader(path, engine.Options{Backend: f.backend, Threads: f.threads, MaxLength: f.maxLength, Strict: f.strict, FFmpeg: f.ffmpeg}),
 		IdleUnload:       f.idleUnload,
 		QueueSize:        f.queue,
 		MaxBatch:         f.maxBatch,
@@ -172,6 +175,7 @@ func runServe(cmd *cobra.Command, f *serveFlags) error {
 		ln.Close()
 		return &exitError{2, err}
 	}
+	logVideo(log, f.ffmpeg)
 	log.Info("clef serve listening", "addr", "http://"+ln.Addr().String(), "model", path, "idle_unload", f.idleUnload,
 		"prefix_cache_bytes", cacheBytes, "queue", f.queue, "auth", token != "")
 	serveErr := make(chan error, 1)
@@ -195,6 +199,18 @@ func runServe(cmd *cobra.Command, f *serveFlags) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// logVideo says at start whether videos can be decoded: the ffmpeg found,
+// or why there is none (videos are then refused with a 422 saying what to
+// install; everything else is served).
+func logVideo(log *slog.Logger, ffmpeg string) {
+	t, err := video.Find(ffmpeg)
+	if err != nil {
+		log.Warn("videos will be refused (422) until ffmpeg is found: "+err.Error(), "ffmpeg", ffmpeg)
+		return
+	}
+	log.Info("videos are decoded with ffmpeg", "ffmpeg", t.FFmpeg, "ffprobe", t.FFprobe)
 }
 
 // shutdownTimeout is how long shutdown lets the decision in flight run:

@@ -74,14 +74,8 @@ func Quantize(src string, opts Options) (*Result, error) {
 			return nil, fmt.Errorf("quantize: output %s would overwrite the source", o)
 		}
 	}
-	if ft, err := ParseFileType(opts.Type.Name); err != nil || ft != opts.Type {
-		return nil, fmt.Errorf("quantize: file type %q is not one of FileTypes", opts.Type.Name)
-	}
-	if opts.TowerType != 0 && opts.TowerType != quant.Q8_0 {
-		return nil, fmt.Errorf("quantize: towers can be kept or stored as q8_0, not %v", opts.TowerType)
-	}
-	if opts.Threads <= 0 {
-		opts.Threads = runtime.GOMAXPROCS(0)
+	if err := opts.check(); err != nil {
+		return nil, err
 	}
 	r, err := release.Open(src)
 	if err != nil {
@@ -402,6 +396,21 @@ func streamTensor(w io.Writer, t *weights.Tensor, typ quant.Type, threads int, p
 		if rows > 0 {
 			prog.addBytes(srcBytes * int64(n) / int64(rows))
 		}
+	}
+	return nil
+}
+
+// check refuses a file type that is not one of FileTypes and a tower type
+// other than q8_0, and sets the default thread count.
+func (opts *Options) check() error {
+	if ft, err := ParseFileType(opts.Type.Name); err != nil || ft != opts.Type {
+		return fmt.Errorf("quantize: file type %q is not one of FileTypes", opts.Type.Name)
+	}
+	if opts.TowerType != 0 && opts.TowerType != quant.Q8_0 {
+		return fmt.Errorf("quantize: towers can be kept or stored as q8_0, not %v", opts.TowerType)
+	}
+	if opts.Threads <= 0 {
+		opts.Threads = runtime.GOMAXPROCS(0)
 	}
 	return nil
 }

@@ -255,3 +255,45 @@ func TestMediaAudioRouting(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckVideos: the hosted video limits (2 videos of at most 16 MiB,
+// clips and videos at most 16 MiB together) and the declared type are
+// checked before any decoding, each refusal naming the item or the list.
+func TestCheckVideos(t *testing.T) {
+	lim := HostedLimits()
+	if lim.Videos != 2 || lim.VideoBytes != 16<<20 || lim.VideoSeconds != 60 || lim.AVTotalBytes != 16<<20 {
+		t.Fatalf("hosted video limits %+v", lim)
+	}
+	v := func(n int, ct string) Source { return Source{Data: make([]byte, n), ContentType: ct} }
+	clip := v(6<<20, "audio/wav")
+	for _, tc := range []struct {
+		name          string
+		videos, clips []Source
+		index         int // -2: no refusal
+		want          string
+	}{
+		{"none", nil, []Source{clip, clip, clip}, -2, ""},
+		{"two within limits", []Source{v(5<<20, "video/mp4"), v(5<<20, "")}, []Source{clip}, -2, ""},
+		{"octet-stream", []Source{v(10, "application/octet-stream")}, nil, -2, ""},
+		{"three videos", []Source{v(10, "video/mp4"), v(10, "video/mp4"), v(10, "video/webm")}, nil, -1, "3 items, at most 2"},
+		{"empty", []Source{v(10, "video/mp4"), v(0, "video/mp4")}, nil, 1, "empty video (0 bytes)"},
+		{"oversized", []Source{v(16<<20+1, "video/mp4")}, nil, 0, "video is 16777217 bytes, at most 16777216 bytes"},
+		{"audio type", []Source{v(10, "audio/mp4")}, nil, 0, "declared content type audio/mp4 is not a video type"},
+		{"audio and video over", []Source{v(8<<20, "video/mp4"), v(3<<20, "video/mp4")}, []Source{clip}, -1, "audio and videos are 17 MiB together, at most 16 MiB"},
+	} {
+		err := CheckVideos(tc.videos, tc.clips, lim)
+		if tc.index == -2 {
+			if err != nil {
+				t.Errorf("%s: %v", tc.name, err)
+			}
+			continue
+		}
+		var me *Error
+		if !errors.As(err, &me) || me.Field != "videos" || me.Index != tc.index || !strings.Contains(me.Msg, tc.want) {
+			t.Errorf("%s: %v, want videos item %d saying %q", tc.name, err, tc.index, tc.want)
+		}
+	}
+	if err := CheckVideos([]Source{v(10, "video/mp4"), v(10, "video/mp4"), v(10, "video/mp4")}, nil, Limits{}); err != nil {
+		t.Errorf("zero limits: %v", err)
+	}
+}

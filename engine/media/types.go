@@ -7,6 +7,11 @@
 // depends on the standard library and well-kept decoders only.
 package media
 
+import (
+	"fmt"
+	"strings"
+)
+
 // Image is a decoded picture: 8-bit RGB, row-major, Pix[3*(y*Width+x)+c].
 type Image struct {
 	Width, Height int
@@ -31,11 +36,17 @@ type Limits struct {
 	Clips            int     // audio clips per request
 	ClipBytes        int     // encoded bytes of one clip
 	ClipSeconds      float64 // duration of one clip
+	Videos           int     // videos per request
+	VideoBytes       int     // encoded bytes of one video
+	VideoSeconds     float64 // duration of one video (checked by its decoder)
+	AVTotalBytes     int     // encoded bytes of all clips and videos together, when there are videos
 }
 
 // HostedLimits returns the limits of the hosted API (Workers AI schema for
 // @cf/cloudflare/clef-omni): 4 images of at most 4 MiB and 16 MP each, 8 MiB
-// of images in total; 4 clips of at most 8 MiB and 300 s each.
+// of images in total; 4 clips of at most 8 MiB and 300 s each; 2 videos of
+// at most 16 MiB and 60 s each, with the clips and videos at most 16 MiB
+// together.
 func HostedLimits() Limits {
 	return Limits{
 		Images:           4,
@@ -45,5 +56,40 @@ func HostedLimits() Limits {
 		Clips:            4,
 		ClipBytes:        8 << 20,
 		ClipSeconds:      300,
+		Videos:           2,
+		VideoBytes:       16 << 20,
+		VideoSeconds:     60,
+		AVTotalBytes:     16 << 20,
 	}
+}
+
+// CheckVideos checks a request's videos against lim before any is decoded
+// (decoding them is engine/media/video's): their count, the bytes of each,
+// each one's declared content type (a video type, or none), and the bytes
+// of the clips and videos together. A zero limit is no limit. Every
+// refusal is an *Error naming the item, or the list (Index -1).
+func CheckVideos(videos, clips []Source, lim Limits) error {
+	if len(videos) == 0 {
+		return nil
+	}
+	if lim.Videos > 0 && len(videos) > lim.Videos {
+		return &Error{"videos", -1, fmt.Sprintf("%d items, at most %d", len(videos), lim.Videos)}
+	}
+	total := 0
+	for i, s := range videos {
+		if err := checkBytes(s.Data, "video", lim.VideoBytes); err != nil {
+			return &Error{"videos", i, err.Error()}
+		}
+		if ct := s.ContentType; ct != "" && ct != "application/octet-stream" && !strings.HasPrefix(ct, "video/") {
+			return &Error{"videos", i, fmt.Sprintf("declared content type %s is not a video type", ct)}
+		}
+		total += len(s.Data)
+	}
+	for _, s := range clips {
+		total += len(s.Data)
+	}
+	if lim.AVTotalBytes > 0 && total > lim.AVTotalBytes {
+		return &Error{"videos", -1, fmt.Sprintf("audio and videos are %s together, at most %s", sizeText(total, lim.AVTotalBytes), sizeText(lim.AVTotalBytes, total))}
+	}
+	return nil
 }

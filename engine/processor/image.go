@@ -114,33 +114,105 @@ func Image(img *media.Image, o release.ImageProcessor) (ImagePatches, error) {
 	if err := checkImage(img); err != nil {
 		return ImagePatches{}, err
 	}
-	patch, tps, merge := o.PatchSize, o.TemporalPatchSize, o.MergeSize
-	if patch <= 0 || tps <= 0 || merge <= 0 || patch > maxPatchSide || tps > maxPatchSide || merge > maxPatchSide {
-		return ImagePatches{}, fmt.Errorf("processor: image processor patch_size %d, temporal_patch_size %d, merge_size %d: each must be in [1, %d]", patch, tps, merge, maxPatchSide)
-	}
-	mean, std, err := meanStd(o)
+	patch, merge, err := checkGeometry(o)
 	if err != nil {
 		return ImagePatches{}, err
+	}
+	lut, err := normLUT(o)
+	if err != nil {
+		return ImagePatches{}, err
+	}
+	h, w, err := SmartResize(img.Height, img.Width, patch*merge, o.MinPixels, o.MaxPixels)
+	if err != nil {
+		return ImagePatches{}, err
+	}
+	// One picture is one temporal patch: the frame repeated to
+	// temporal_patch_size frames.
+	out, rows, cols := patchify([]*media.Image{img}, w, h, o, lut)
+	return ImagePatches{Pixels: out, Rows: rows, Cols: cols, Grid: [3]int{1, h / patch, w / patch}}, nil
+}
+
+// checkGeometry checks the processor's patch, temporal patch and merge
+// sizes and returns the patch and merge sizes.
+func checkGeometry(o release.ImageProcessor) (patch, merge int, err error) {
+	patch, tps, merge := o.PatchSize, o.TemporalPatchSize, o.MergeSize
+	if patch <= 0 || tps <= 0 || merge <= 0 || patch > maxPatchSide || tps > maxPatchSide || merge > maxPatchSide {
+		return 0, 0, fmt.Errorf("processor: image processor patch_size %d, temporal_patch_size %d, merge_size %d: each must be in [1, %d]", patch, tps, merge, maxPatchSide)
+	}
+	return patch, merge, nil
+}
+
+// patchify cuts frames, resized to w×h (ResizeBicubic, skipped when the
+// size is already right), into the rows of the vision tower's input:
+// temporal_patch_size consecutive frames make one temporal patch (an
+// incomplete last one is filled by repeating the last frame), each cut
+// into rows in merge-block order (temporal patch, block row, block
+// column, row in block, column in block), each row's vector (channel,
+// frame of the temporal patch, y, x), the bytes mapped through lut. It
+// returns the rows [rows, cols].
+func patchify(frames []*media.Image, w, h int, o release.ImageProcessor, lut *[imageChannels][256]float32) (out []float32, rows, cols int) {
+	patch, tps, merge := o.PatchSize, o.TemporalPatchSize, o.MergeSize
+	gt := (len(frames) + tps - 1) / tps
+	gh, gw := h/patch, w/patch
+	frameRows := gh * gw // rows of one temporal patch
+	rows, cols = gt*frameRows, imageChannels*tps*patch*patch
+	out = make([]float32, rows*cols)
+	plane := patch * patch // one (c, frame) block of a row
+	var last, resized *media.Image
+	for k := range gt {
+		for ft := range tps {
+			src := frames[min(k*tps+ft, len(frames)-1)]
+			if h != src.Height || w != src.Width {
+				if src != last { // the repeated last frame is resized once
+					last, resized = src, ResizeBicubic(src, w, h)
+				}
+				src = resized
+			}
+			// The frame's pixels go to the (c, ft) blocks of the rows of
+			// temporal patch k.
+			r := k * frameRows
+			for bh := range gh / merge {
+				for bw := range gw / merge {
+					for ih := range merge {
+						for iw := range merge {
+							y0 := (bh*merge + ih) * patch
+							x0 := (bw*merge + iw) * patch
+							row := out[r*cols : (r+1)*cols]
+							for c := range imageChannels {
+								block := row[(c*tps+ft)*plane : (c*tps+ft+1)*plane]
+								for y := range patch {
+									pix := src.Pix[3*((y0+y)*w+x0)+c:]
+									dst := block[y*patch : (y+1)*patch]
+									for x := range dst {
+										dst[x] = lut[c][pix[3*x]]
+									}
+								}
+							}
+							r++
+						}
+					}
+				}
+			}
+		}
+	}
+	return out, rows, cols
+}
+
+// normLUT is the rescale and normalisation as a table: per channel and
+// byte, float32(float64(v)·rescale), then (x − mean)/std in float32 (the
+// reference's numpy steps).
+func normLUT(o release.ImageProcessor) (*[imageChannels][256]float32, error) {
+	mean, std, err := meanStd(o)
+	if err != nil {
+		return nil, err
 	}
 	rescale := o.RescaleFactor
 	if rescale == 0 {
 		rescale = defaultRescale
 	}
 	if math.IsNaN(rescale) || math.IsInf(rescale, 0) {
-		return ImagePatches{}, fmt.Errorf("processor: image processor rescale_factor %g is not finite", rescale)
+		return nil, fmt.Errorf("processor: image processor rescale_factor %g is not finite", rescale)
 	}
-
-	h, w, err := SmartResize(img.Height, img.Width, patch*merge, o.MinPixels, o.MaxPixels)
-	if err != nil {
-		return ImagePatches{}, err
-	}
-	src := img
-	if h != img.Height || w != img.Width {
-		src = ResizeBicubic(img, w, h)
-	}
-
-	// One float32 value per channel and byte: float32(float64(v)·rescale),
-	// then (x − mean)/std in float32.
 	var lut [imageChannels][256]float32
 	for c := range imageChannels {
 		m, s := float32(mean[c]), float32(std[c])
@@ -149,39 +221,7 @@ func Image(img *media.Image, o release.ImageProcessor) (ImagePatches, error) {
 			lut[c][v] = (x - m) / s
 		}
 	}
-
-	gh, gw := h/patch, w/patch
-	rows := gh * gw // grid_t is 1: one picture, repeated to tps frames
-	cols := imageChannels * tps * patch * patch
-	out := make([]float32, rows*cols) // [rows, C·T·P·P]
-	plane := patch * patch            // one (c, t) block of a row
-	r := 0
-	for bh := range gh / merge {
-		for bw := range gw / merge {
-			for ih := range merge {
-				for iw := range merge {
-					y0 := (bh*merge + ih) * patch
-					x0 := (bw*merge + iw) * patch
-					row := out[r*cols : (r+1)*cols]
-					for c := range imageChannels {
-						first := row[c*tps*plane : c*tps*plane+plane] // t = 0
-						for y := range patch {
-							pix := src.Pix[3*((y0+y)*w+x0)+c:]
-							dst := first[y*patch : (y+1)*patch]
-							for x := range dst {
-								dst[x] = lut[c][pix[3*x]]
-							}
-						}
-						for t := 1; t < tps; t++ { // the picture repeated as every frame
-							copy(row[(c*tps+t)*plane:(c*tps+t+1)*plane], first)
-						}
-					}
-					r++
-				}
-			}
-		}
-	}
-	return ImagePatches{Pixels: out, Rows: rows, Cols: cols, Grid: [3]int{1, gh, gw}}, nil
+	return &lut, nil
 }
 
 // checkImage refuses a picture whose buffer does not match its size.

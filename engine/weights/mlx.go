@@ -68,7 +68,7 @@ func openMLX(dir string, o Options) (Model, error) {
 	if err != nil {
 		return nil, fmt.Errorf("weights: %s: %v", dir, err)
 	}
-	shards, err := modelShards(dir, o.Extra)
+	shards, err := modelShards(dir, o.Extra, o.Keep)
 	if err != nil {
 		return nil, fmt.Errorf("weights: %v", err)
 	}

@@ -95,7 +95,7 @@ func (s *Set) addExtra(files []string) error {
 }
 
 func openDir(dir string, o Options) (Model, error) {
-	shards, err := modelShards(dir, o.Extra)
+	shards, err := modelShards(dir, o.Extra, o.Keep)
 	if err != nil {
 		return nil, fmt.Errorf("weights: %v", err)
 	}
@@ -146,8 +146,10 @@ type shardIndex struct {
 
 // modelShards finds the weight files of dir: the shards listed by
 // model.safetensors.index.json, else model.safetensors, else every
-// *.safetensors except the extra files.
-func modelShards(dir string, extra []string) (*shardSet, error) {
+// *.safetensors except the extra files. A shard of the index may be
+// missing when keep skips every tensor the index puts in it (clef pull
+// leaves out the shards of speech-output weights).
+func modelShards(dir string, extra []string, keep func(string) (bool, error)) (*shardSet, error) {
 	ip := filepath.Join(dir, indexFile)
 	if fileExists(ip) {
 		b, err := os.ReadFile(ip)
@@ -182,11 +184,18 @@ func modelShards(dir string, extra []string) (*shardSet, error) {
 			}
 		}
 		sort.Strings(ss.files)
+		present := ss.files[:0]
 		for _, p := range ss.files {
-			if !fileExists(p) {
+			if fileExists(p) {
+				present = append(present, p)
+				continue
+			}
+			if !onlySkipped(ss.weightMap, p, keep) {
 				return nil, fmt.Errorf("%s: shard %s is missing", ip, untrusted.Quote(filepath.Base(p)))
 			}
+			ss.totalSize = -1 // the index's total counts the shard left out
 		}
+		ss.files = present
 		return ss, nil
 	}
 	if p := filepath.Join(dir, singleFile); fileExists(p) {
@@ -236,4 +245,20 @@ func (ss *shardSet) check(s *Set, keep func(string) (bool, error)) error {
 		}
 	}
 	return nil
+}
+
+// onlySkipped reports whether every tensor the index maps to shard is one
+// keep skips.
+func onlySkipped(weightMap map[string]string, shard string, keep func(string) (bool, error)) bool {
+	if keep == nil {
+		return false
+	}
+	for name, file := range weightMap {
+		if file == shard {
+			if k, err := keep(name); err != nil || k {
+				return false
+			}
+		}
+	}
+	return true
 }

@@ -14,7 +14,20 @@
 //  3. the expansion is rewritten (statement-level threadgroup arrays become
 //     static thread_local, [[threadgroup(n)]] attributes are dropped) and
 //     compiled with one generated wrapper per kernel that binds buffers and
-//     builtins from the executor's per-thread context.
+//     builtins from the executor's per-thread context, and the size of the
+//     threadgroup arrays each kernel declares (in its body and in the
+//     functions it calls), which the runtime adds to the job's dynamic
+//     threadgroup memory and checks against the 32 KiB limit.
+//
+// Besides running kernels, the runtime reports what a GPU would do
+// differently or reject: a collective's result in a divergent branch covers
+// only that branch's lanes; a barrier not reached by every thread, or reached
+// from different call sites, a threadgroup-memory total over 32 KiB, and
+// simdgroup-matrix loads, stores or products that differ between the lanes of
+// a simdgroup stop the run with an error naming the kernel; with Orders > 1
+// every dispatch runs the threads of each threadgroup in several orders and
+// outputs that differ are reported as a race. `half` rounds to fp16 after
+// every operation.
 package mslemu
 
 import (
@@ -60,6 +73,10 @@ type Param struct {
 type Kernel struct {
 	Name   string
 	Params []Param
+	// TGArrays lists the threadgroup arrays the kernel declares, in its body
+	// and in the functions it calls ("float scratch[32] (in rms_norm_f32)");
+	// set by Build.
+	TGArrays []string
 }
 
 var (
@@ -71,6 +88,11 @@ var (
 	// become per-thread under the rewrite.
 	tgScalarRE = regexp.MustCompile(`(^|[;{])\s*threadgroup\s+[\w:<>, ]+?\s+\w+\s*(=[^=]|;|,)`)
 	tgAttrRE   = regexp.MustCompile(`\[\[\s*threadgroup\s*\(\s*\d+\s*\)\s*\]\]`)
+	// tgDeclRE is one threadgroup array declaration: type, name, dimensions
+	// (statement-level when the text before it ends a statement or opens a block).
+	tgDeclRE = regexp.MustCompile(`\bthreadgroup\s+([\w:<>, ]+?)\s+(\w+)\s*((?:\[[^\];]+\]\s*)+);`)
+	callRE   = regexp.MustCompile(`\b([A-Za-z_]\w*)\s*\(`)
+	nsRE     = regexp.MustCompile(`\bnamespace(\s+\w+)?\s*$`)
 )
 
 // builtins lists the thread-position attributes the executor provides.
@@ -213,6 +235,10 @@ func Lint(file string, src []byte) []error {
 type Harness struct {
 	Bin     string
 	Kernels []Kernel
+	// Orders is how many orders a Job with Orders == 0 runs the threads of
+	// each threadgroup in (see Job.Orders). Build sets it from
+	// $CLEF_EMU_ORDERS (default 1); tests of kernels set RaceOrders.
+	Orders int
 
 	mu     sync.Mutex
 	proc   *exec.Cmd
@@ -297,7 +323,116 @@ func run(dir string, name string, args ...string) error {
 	return nil
 }
 
-var cflags = []string{"-std=c++17", "-O2", "-w", "-fno-strict-aliasing", "-ffp-contract=off", "-U_FORTIFY_SOURCE", "-D_FORTIFY_SOURCE=0"}
+// cflags: -fexcess-precision=16 makes every _Float16 (half) operation round
+// to fp16 as the GPU does; clang's default keeps a whole expression in float
+// and rounds once.
+var cflags = []string{"-std=c++17", "-O2", "-w", "-fno-strict-aliasing", "-ffp-contract=off", "-fexcess-precision=16",
+	"-U_FORTIFY_SOURCE", "-D_FORTIFY_SOURCE=0"}
+
+// funcBodies maps each function defined at file scope (or in a namespace) of
+// preprocessed source to the text of its bodies (overloads share a name).
+func funcBodies(s string) map[string][]string {
+	out := map[string][]string{}
+	for i := 0; i < len(s); i++ {
+		if s[i] != '{' {
+			continue
+		}
+		head := strings.TrimRight(s[:i], " \t\r\n")
+		if nsRE.MatchString(head[max(0, len(head)-200):]) {
+			continue // a namespace's functions are at file scope too
+		}
+		end := matchBrace(s, i)
+		if strings.HasSuffix(head, ")") {
+			if open := matchParenBack(head, len(head)-1); open > 0 {
+				name := strings.TrimRight(head[:open], " \t\r\n")
+				j := len(name)
+				for j > 0 && (isIdent(name[j-1])) {
+					j--
+				}
+				if name = name[j:]; name != "" {
+					out[name] = append(out[name], s[i:end])
+				}
+			}
+		}
+		i = end - 1
+	}
+	return out
+}
+
+func isIdent(c byte) bool {
+	return c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+}
+
+// matchBrace returns the index just past the brace that closes s[i] == '{'.
+func matchBrace(s string, i int) int {
+	depth := 0
+	for j := i; j < len(s); j++ {
+		switch s[j] {
+		case '{':
+			depth++
+		case '}':
+			depth--
+			if depth == 0 {
+				return j + 1
+			}
+		}
+	}
+	return len(s)
+}
+
+// matchParenBack returns the index of the '(' that s[i] == ')' closes, or -1.
+func matchParenBack(s string, i int) int {
+	depth := 0
+	for j := i; j >= 0; j-- {
+		switch s[j] {
+		case ')':
+			depth++
+		case '(':
+			depth--
+			if depth == 0 {
+				return j
+			}
+		}
+	}
+	return -1
+}
+
+// staticTGMem returns, for kernel name, a C++ expression for the bytes of the
+// threadgroup arrays declared in its body and in every function it calls
+// (each function once), as Metal allocates them for the whole dispatch, and
+// the declarations it counted.
+func staticTGMem(funcs map[string][]string, name string) (string, []string, error) {
+	if _, ok := funcs[name]; !ok {
+		return "", nil, fmt.Errorf("kernel %s: body not found", name)
+	}
+	seen := map[string]bool{name: true}
+	queue := []string{name}
+	expr := "0ul"
+	var decls []string
+	for len(queue) > 0 {
+		f := queue[0]
+		queue = queue[1:]
+		for _, body := range funcs[f] {
+			for _, loc := range tgDeclRE.FindAllStringSubmatchIndex(body, -1) {
+				before := strings.TrimRight(body[:loc[0]], " \t\r\n")
+				if before != "" && !strings.ContainsAny(before[len(before)-1:], ";{}") {
+					continue
+				}
+				m := []string{"", body[loc[2]:loc[3]], body[loc[4]:loc[5]], body[loc[6]:loc[7]]}
+				typ, dims := strings.TrimSpace(m[1]), strings.Join(strings.Fields(m[3]), "")
+				expr += fmt.Sprintf(" + sizeof(%s%s)", typ, dims)
+				decls = append(decls, fmt.Sprintf("%s %s%s (in %s)", typ, m[2], dims, f))
+			}
+			for _, c := range callRE.FindAllStringSubmatch(body, -1) {
+				if _, ok := funcs[c[1]]; ok && !seen[c[1]] {
+					seen[c[1]] = true
+					queue = append(queue, c[1])
+				}
+			}
+		}
+	}
+	return expr, decls, nil
+}
 
 // Build compiles metalFile (whose includes resolve against its own directory)
 // into a harness binary under work, a scratch directory that several Builds
@@ -343,12 +478,22 @@ func Build(work, metalFile string) (*Harness, error) {
 		body = next
 	}
 	body = tgAttrRE.ReplaceAll(body, nil)
+	funcs := funcBodies(string(src))
+	tgStatic := map[string]string{}
+	for i, k := range ks {
+		expr, decls, err := staticTGMem(funcs, k.Name)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", metalFile, err)
+		}
+		tgStatic[k.Name] = expr
+		ks[i].TGArrays = decls
+	}
 
 	var g bytes.Buffer
 	g.WriteString("#include \"csrc/msl_shim.h\"\n")
 	g.Write(body)
 	g.WriteString("\n// ---- generated dispatch wrappers ----\n")
-	g.WriteString("struct msl_kentry { const char *name; void (*fn)(msl::ctx &); };\n")
+	g.WriteString("struct msl_kentry { const char *name; void (*fn)(msl::ctx &); unsigned long tgstatic; };\n")
 	g.WriteString("struct msl_fcentry { int index; void *p; int size; };\n")
 	for _, k := range ks {
 		var args []string
@@ -371,9 +516,9 @@ func Build(work, metalFile string) (*Harness, error) {
 	}
 	g.WriteString("extern const msl_kentry msl_kernels[] = {\n")
 	for _, k := range ks {
-		fmt.Fprintf(&g, "  {\"%s\", msl_wrap_%s},\n", k.Name, k.Name)
+		fmt.Fprintf(&g, "  {\"%s\", msl_wrap_%s, %s},\n", k.Name, k.Name, tgStatic[k.Name])
 	}
-	g.WriteString("  {nullptr, nullptr}};\n")
+	g.WriteString("  {nullptr, nullptr, 0}};\n")
 	fmt.Fprintf(&g, "extern const int msl_nkernels = %d;\n", len(ks))
 	g.WriteString("extern const msl_fcentry msl_fconsts[] = {\n")
 	for _, fc := range fcs {
@@ -397,7 +542,7 @@ func Build(work, metalFile string) (*Harness, error) {
 	if dir := cacheDir(); dir != "" {
 		cached = filepath.Join(dir, fmt.Sprintf("%s-%x.harness", base, key.Sum(nil)[:12]))
 		if st, err := os.Stat(cached); err == nil && st.Mode().IsRegular() {
-			return &Harness{Bin: cached, Kernels: ks}, nil
+			return &Harness{Bin: cached, Kernels: ks, Orders: defaultOrders()}, nil
 		}
 	}
 	wd.rtOnce.Do(func() {
@@ -421,7 +566,23 @@ func Build(work, metalFile string) (*Harness, error) {
 			}
 		}
 	}
-	return &Harness{Bin: bin, Kernels: ks}, nil
+	return &Harness{Bin: bin, Kernels: ks, Orders: defaultOrders()}, nil
+}
+
+// RaceOrders is the number of fiber orders the kernel tests use: forward,
+// reverse and one seeded shuffle.
+const RaceOrders = 3
+
+// MaxOrders is the most fiber orders one job may ask for.
+const MaxOrders = 16
+
+// defaultOrders is $CLEF_EMU_ORDERS, if it is a number in 1..MaxOrders, else 1.
+func defaultOrders() int {
+	var n int
+	if _, err := fmt.Sscan(os.Getenv("CLEF_EMU_ORDERS"), &n); err == nil && n >= 1 && n <= MaxOrders {
+		return n
+	}
+	return 1
 }
 
 // cacheDir is where compiled harnesses are kept ($CLEF_EMU_CACHE, else the
@@ -468,6 +629,12 @@ type Job struct {
 	// Alias binds index k to the memory of the buffer bound at Alias[k]
 	// (an in-place op: the same MTLBuffer at two indices).
 	Alias map[int]int
+	// Orders > 1 runs the dispatch that many times from the same inputs, the
+	// threads of each threadgroup resumed forward, in reverse, then in seeded
+	// shuffles, and reports outputs that differ as a race (a read of memory
+	// another thread writes without a barrier between). 0 means the
+	// harness's Orders.
+	Orders int
 }
 
 // Run executes job and returns every buffer's contents after it, in the order
@@ -479,6 +646,13 @@ func (h *Harness) Run(job *Job) ([][]byte, error) {
 	}
 	if !found {
 		return nil, fmt.Errorf("mslemu: no kernel %q in %s", job.Kernel, h.Bin)
+	}
+	orders := job.Orders
+	if orders == 0 {
+		orders = max(h.Orders, 1)
+	}
+	if orders < 1 || orders > MaxOrders {
+		return nil, fmt.Errorf("mslemu: %s: %d fiber orders (want 1..%d)", job.Kernel, orders, MaxOrders)
 	}
 	var b bytes.Buffer
 	w32 := func(v int) { binary.Write(&b, binary.LittleEndian, uint32(v)) }
@@ -523,6 +697,7 @@ func (h *Harness) Run(job *Job) ([][]byte, error) {
 		w32(k)
 		w32(job.Alias[k])
 	}
+	w32(orders)
 	return h.exchange(job.Kernel, b.Bytes(), len(job.Buffers))
 }
 
@@ -555,6 +730,10 @@ func (h *Harness) exchange(kernel string, job []byte, n int) ([][]byte, error) {
 		h.proc = nil
 		if msg == "" && werr != nil {
 			msg = werr.Error()
+		}
+		if msg != "" && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)) {
+			// The harness stopped the run and said why on stderr.
+			return nil, fmt.Errorf("mslemu: %s: %s", kernel, msg)
 		}
 		return nil, fmt.Errorf("mslemu: %s: %v: %s", kernel, err, msg)
 	}

@@ -27,6 +27,9 @@ func buildProbe(t *testing.T) *Harness {
 			return
 		}
 		probe, probeErr = Build(probeDir, "testdata/probe.metal")
+		if probeErr == nil {
+			probe.Orders = RaceOrders
+		}
 	})
 	if probeErr != nil {
 		t.Fatal(probeErr)
@@ -41,6 +44,12 @@ func TestMain(m *testing.M) {
 	}
 	if probeDir != "" {
 		os.RemoveAll(probeDir)
+	}
+	if checks != nil {
+		checks.Close()
+	}
+	if checksDir != "" {
+		os.RemoveAll(checksDir)
 	}
 	os.Exit(code)
 }
@@ -138,7 +147,7 @@ func TestShimDivergentBarrier(t *testing.T) {
 	h := buildProbe(t)
 	_, err := h.Run(&Job{Kernel: "probe_divergent", Grid: [3]int{1, 1, 1}, Group: [3]int{64, 1, 1},
 		Buffers: []Buffer{{Index: 0, Data: make([]byte, 4*64)}}})
-	if err == nil || !strings.Contains(err.Error(), "collective not reached") {
+	if err == nil || !strings.Contains(err.Error(), "collective not reached") || !strings.Contains(err.Error(), "kernel probe_divergent") {
 		t.Fatalf("divergent barrier: err = %v, want a 'collective not reached' error", err)
 	}
 	// The server restarts after a failed job.
@@ -179,6 +188,8 @@ func TestBadJobs(t *testing.T) {
 			TGMem: map[int]int{0: 10}, Buffers: []Buffer{{Index: 0, Data: make([]byte, 20)}}},
 		"alias of an unbound buffer": {Kernel: "probe_vec", Grid: [3]int{1, 1, 1}, Group: [3]int{1, 1, 1},
 			Alias: map[int]int{1: 7}, Buffers: []Buffer{{Index: 0, Data: make([]byte, 20)}}},
+		"too many fiber orders": {Kernel: "probe_vec", Grid: [3]int{1, 1, 1}, Group: [3]int{1, 1, 1}, Orders: MaxOrders + 1,
+			Buffers: []Buffer{{Index: 0, Data: make([]byte, 20)}}},
 	} {
 		if _, err := h.Run(job); err == nil {
 			t.Errorf("%s: no error", name)

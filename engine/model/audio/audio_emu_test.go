@@ -15,9 +15,8 @@ import (
 // transformers 4.57 (layer 0's input and the output, windowed and whole);
 // the 12.7 s clip (12 full chunks, 165 tokens in two windows) windowed
 // against the float64 numpy reference and whole-clip against HF eager, with
-// the convolutions in batches of 5 chunks. The Metal backend has no
-// backend.RowChunker, so the batches meet through host memory (the
-// tower's fallback).
+// the convolutions in batches of 5 chunks. The Metal backend is a
+// backend.RowChunker: the batches are concatenated on the device.
 func TestAudioEmulatedMetal(t *testing.T) {
 	b := metal.EmulatedForTest(t)
 	if _, ok := backend.Backend(b).(backend.RowChunker); ok {

@@ -16,8 +16,8 @@ import (
 // the 4-frame video) on the Metal backend over the emulated GPU (the
 // mslemu build tag): its host ops and the real shader source, against
 // transformers' float32 goldens with the tolerance of the CPU test. The
-// Metal backend has no backend.RowChunker, so the blocks' MLP runs whole
-// (the tower's fallback) whatever the chunk asked for. Two images in one
+// Metal backend is a backend.RowChunker, so the blocks' MLP runs in the
+// chunks asked for, concatenated on the device. Two images in one
 // call attend only within themselves: the batch gives each image's goldens.
 func TestOmniVisionEmulatedMetal(t *testing.T) {
 	b := metal.EmulatedForTest(t)

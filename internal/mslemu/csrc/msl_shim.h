@@ -1,15 +1,19 @@
 // msl_shim.h: just enough of the Metal Shading Language, as C++, to compile
 // the kernels in shaders/*.metal with clang++-19 on a machine without Metal
 // and run them on CPU fibers (see runtime.cpp). It is included before the
-// (lightly rewritten) .metal source; see shaders/emu for the rewrite rules and
+// (lightly rewritten) .metal source; see internal/mslemu (Build) for the rewrite and
 // shaders/README.md for the subset of MSL it emulates faithfully.
 //
 // Model: every GPU thread of a threadgroup is a fiber; fibers of one
 // threadgroup run cooperatively on one OS thread, so `threadgroup` arrays are
 // `static thread_local`. Simd-group collectives publish each lane's value in a
-// per-simdgroup exchange area and synchronise the active lanes of that
-// simdgroup; threadgroup_barrier synchronises every thread of the group.
-// simdgroup_matrix values are held in full by every lane.
+// per-simdgroup exchange area; the runtime lets the lanes that reach the same
+// call site take part (the active lanes of a branch, as on the GPU).
+// threadgroup_barrier synchronises every thread of the group at one call site.
+// simdgroup_matrix values are held in full by every lane, and the runtime
+// checks that every lane loads, stores and computes the same matrix. `half`
+// is _Float16 compiled with -fexcess-precision=16: every operation rounds to
+// fp16, as on the GPU, not once per expression.
 #pragma once
 
 #include <stdint.h>
@@ -275,12 +279,31 @@ enum class mem_flags { mem_none = 0, mem_device = 1, mem_threadgroup = 2, mem_te
 
 } // namespace metal
 
+// Every barrier, collective and simdgroup-matrix operation passes its call
+// site (source position of the call in the kernel, through these default
+// arguments) to the runtime, which tells branches and call sites apart by it.
+#define MSL_SITE_PARAMS                                                                                          \
+  const char *msl_file = __builtin_FILE(), unsigned msl_line = __builtin_LINE(), unsigned msl_col = __builtin_COLUMN()
+#define MSL_SITE msl_file, msl_line, msl_col
+
+// The runtime's entry points are convergent: the compiler must not duplicate
+// a call into branches (tail duplication, loop unswitching), which would make
+// one call site of the source two.
+#define MSL_CONVERGENT __attribute__((convergent))
 extern "C" {
-void msl_rt_threadgroup_barrier(void);
-void msl_rt_simd_sync(void);
-// msl_rt_simd_slots returns the simdgroup's exchange area (32 lanes × 64
-// bytes), this lane's index and the mask of lanes that have not exited.
-unsigned char *msl_rt_simd_slots(unsigned *lane, unsigned *mask);
+MSL_CONVERGENT void msl_rt_threadgroup_barrier(const char *file, unsigned line, unsigned col);
+// msl_rt_simd_op publishes size bytes of x (kind 0, a collective) or nothing
+// (kind 1, simdgroup_barrier), waits until the lanes of the simdgroup taking
+// part in this call are known, and returns the simdgroup's exchange area (32
+// lanes x 64 bytes, each participant's value in its lane's slot), this lane's
+// index and the mask of participating lanes.
+MSL_CONVERGENT unsigned char *msl_rt_simd_op(const void *x, unsigned size, int kind, const char *file, unsigned line,
+                                             unsigned col, unsigned *lane, unsigned *mask);
+// msl_rt_mma checks one simdgroup-matrix operation against the other lanes'
+// (kind 0 load, 1 store: p, elements per row a, origin b = x | y << 32,
+// transpose c; kind 2 multiply: n bytes of the product at p).
+MSL_CONVERGENT void msl_rt_mma(int kind, const void *p, unsigned long a, unsigned long b, unsigned long c,
+                               unsigned long n, const char *file, unsigned line, unsigned col);
 // msl_rt_poison fills a threadgroup array with 0xff bytes (NaN) once per
 // threadgroup run: *gen remembers the run that last did it.
 void msl_rt_poison(void *p, unsigned long n, unsigned long *gen);
@@ -288,22 +311,21 @@ void msl_rt_poison(void *p, unsigned long n, unsigned long *gen);
 
 namespace metal {
 
-inline void threadgroup_barrier(mem_flags) { msl_rt_threadgroup_barrier(); }
-inline void simdgroup_barrier(mem_flags) { msl_rt_simd_sync(); }
+inline void threadgroup_barrier(mem_flags, MSL_SITE_PARAMS) { msl_rt_threadgroup_barrier(MSL_SITE); }
+inline void simdgroup_barrier(mem_flags, MSL_SITE_PARAMS) {
+  unsigned lane, mask;
+  msl_rt_simd_op(nullptr, 0, 1, MSL_SITE, &lane, &mask);
+}
 
 namespace detail {
-// simd_collective publishes x in this lane's slot, waits for the active lanes
-// of the simdgroup, combines the slots of the lanes in mask, and waits again so
-// that the slots may be reused.
-template <class T, class F> inline T simd_collective(T x, F combine) {
+// simd_collective publishes x in this lane's slot and waits for the lanes
+// taking part (those that reach this call site together: the active lanes of
+// the branch), then combines the slots of the lanes in the mask.
+template <class T, class F> inline T simd_collective(T x, F combine, const char *file, unsigned line, unsigned col) {
   static_assert(sizeof(T) <= 64, "simd value too large");
   unsigned lane, mask;
-  unsigned char *slots = msl_rt_simd_slots(&lane, &mask);
-  memcpy(slots + 64 * lane, &x, sizeof(T));
-  msl_rt_simd_sync();
-  T r = combine(slots, lane, mask);
-  msl_rt_simd_sync();
-  return r;
+  unsigned char *slots = msl_rt_simd_op(&x, sizeof(T), 0, file, line, col, &lane, &mask);
+  return combine(slots, lane, mask);
 }
 template <class T> inline T slot(unsigned char *slots, unsigned i) {
   T v;
@@ -323,76 +345,103 @@ template <class T, class Op> inline T reduce(unsigned char *s, unsigned mask, Op
 }
 } // namespace detail
 
-template <class T> inline T simd_sum(T x) {
-  return detail::simd_collective(x, [](unsigned char *s, unsigned, unsigned m) {
-    return detail::reduce<T>(s, m, [](T a, T b) { return a + b; });
-  });
+template <class T> inline T simd_sum(T x, MSL_SITE_PARAMS) {
+  return detail::simd_collective(
+      x, [](unsigned char *s, unsigned, unsigned m) { return detail::reduce<T>(s, m, [](T a, T b) { return a + b; }); },
+      MSL_SITE);
 }
-template <class T> inline T simd_max(T x) {
-  return detail::simd_collective(x, [](unsigned char *s, unsigned, unsigned m) {
-    return detail::reduce<T>(s, m, [](T a, T b) { return max(a, b); });
-  });
+template <class T> inline T simd_max(T x, MSL_SITE_PARAMS) {
+  return detail::simd_collective(
+      x,
+      [](unsigned char *s, unsigned, unsigned m) { return detail::reduce<T>(s, m, [](T a, T b) { return max(a, b); }); },
+      MSL_SITE);
 }
-template <class T> inline T simd_min(T x) {
-  return detail::simd_collective(x, [](unsigned char *s, unsigned, unsigned m) {
-    return detail::reduce<T>(s, m, [](T a, T b) { return min(a, b); });
-  });
+template <class T> inline T simd_min(T x, MSL_SITE_PARAMS) {
+  return detail::simd_collective(
+      x,
+      [](unsigned char *s, unsigned, unsigned m) { return detail::reduce<T>(s, m, [](T a, T b) { return min(a, b); }); },
+      MSL_SITE);
 }
-template <class T> inline T simd_prefix_exclusive_sum(T x) {
-  return detail::simd_collective(x, [](unsigned char *s, unsigned lane, unsigned m) {
-    T r = 0;
-    for (unsigned i = 0; i < lane; i++)
-      if (detail::live(m, i))
-        r += detail::slot<T>(s, i);
-    return r;
-  });
+template <class T> inline T simd_prefix_exclusive_sum(T x, MSL_SITE_PARAMS) {
+  return detail::simd_collective(
+      x,
+      [](unsigned char *s, unsigned lane, unsigned m) {
+        T r = 0;
+        for (unsigned i = 0; i < lane; i++)
+          if (detail::live(m, i))
+            r += detail::slot<T>(s, i);
+        return r;
+      },
+      MSL_SITE);
 }
-template <class T> inline T simd_prefix_inclusive_sum(T x) {
-  return detail::simd_collective(x, [](unsigned char *s, unsigned lane, unsigned m) {
-    T r = 0;
-    for (unsigned i = 0; i <= lane; i++)
-      if (detail::live(m, i))
-        r += detail::slot<T>(s, i);
-    return r;
-  });
+template <class T> inline T simd_prefix_inclusive_sum(T x, MSL_SITE_PARAMS) {
+  return detail::simd_collective(
+      x,
+      [](unsigned char *s, unsigned lane, unsigned m) {
+        T r = 0;
+        for (unsigned i = 0; i <= lane; i++)
+          if (detail::live(m, i))
+            r += detail::slot<T>(s, i);
+        return r;
+      },
+      MSL_SITE);
 }
 // Reading an inactive lane is undefined in MSL; the emulation returns the
 // caller's own value there.
-template <class T> inline T simd_shuffle(T x, ushort src) {
-  return detail::simd_collective(x, [src, x](unsigned char *s, unsigned, unsigned m) {
-    return detail::live(m, src) ? detail::slot<T>(s, src) : x;
-  });
+template <class T> inline T simd_shuffle(T x, ushort src, MSL_SITE_PARAMS) {
+  return detail::simd_collective(
+      x, [src, x](unsigned char *s, unsigned, unsigned m) { return detail::live(m, src) ? detail::slot<T>(s, src) : x; },
+      MSL_SITE);
 }
-template <class T> inline T simd_broadcast(T x, ushort src) { return simd_shuffle(x, src); }
-template <class T> inline T simd_shuffle_down(T x, ushort d) {
-  return detail::simd_collective(x, [d, x](unsigned char *s, unsigned lane, unsigned m) {
-    return detail::live(m, lane + d) ? detail::slot<T>(s, lane + d) : x;
-  });
+template <class T> inline T simd_broadcast(T x, ushort src, MSL_SITE_PARAMS) { return simd_shuffle(x, src, MSL_SITE); }
+template <class T> inline T simd_shuffle_down(T x, ushort d, MSL_SITE_PARAMS) {
+  return detail::simd_collective(
+      x,
+      [d, x](unsigned char *s, unsigned lane, unsigned m) {
+        return detail::live(m, lane + d) ? detail::slot<T>(s, lane + d) : x;
+      },
+      MSL_SITE);
 }
-template <class T> inline T simd_shuffle_up(T x, ushort d) {
-  return detail::simd_collective(x, [d, x](unsigned char *s, unsigned lane, unsigned m) {
-    return lane >= d && detail::live(m, lane - d) ? detail::slot<T>(s, lane - d) : x;
-  });
+template <class T> inline T simd_shuffle_up(T x, ushort d, MSL_SITE_PARAMS) {
+  return detail::simd_collective(
+      x,
+      [d, x](unsigned char *s, unsigned lane, unsigned m) {
+        return lane >= d && detail::live(m, lane - d) ? detail::slot<T>(s, lane - d) : x;
+      },
+      MSL_SITE);
 }
-template <class T> inline T simd_shuffle_xor(T x, ushort k) {
-  return detail::simd_collective(x, [k, x](unsigned char *s, unsigned lane, unsigned m) {
-    return detail::live(m, lane ^ k) ? detail::slot<T>(s, lane ^ k) : x;
-  });
+template <class T> inline T simd_shuffle_xor(T x, ushort k, MSL_SITE_PARAMS) {
+  return detail::simd_collective(
+      x,
+      [k, x](unsigned char *s, unsigned lane, unsigned m) {
+        return detail::live(m, lane ^ k) ? detail::slot<T>(s, lane ^ k) : x;
+      },
+      MSL_SITE);
 }
-inline bool simd_any(bool b) {
-  return detail::simd_collective(b, [](unsigned char *s, unsigned, unsigned m) {
-    return detail::reduce<bool>(s, m, [](bool a, bool c) { return a || c; });
-  });
+inline bool simd_any(bool b, MSL_SITE_PARAMS) {
+  return detail::simd_collective(
+      b,
+      [](unsigned char *s, unsigned, unsigned m) {
+        return detail::reduce<bool>(s, m, [](bool a, bool c) { return a || c; });
+      },
+      MSL_SITE);
 }
-inline bool simd_all(bool b) {
-  return detail::simd_collective(b, [](unsigned char *s, unsigned, unsigned m) {
-    return detail::reduce<bool>(s, m, [](bool a, bool c) { return a && c; });
-  });
+inline bool simd_all(bool b, MSL_SITE_PARAMS) {
+  return detail::simd_collective(
+      b,
+      [](unsigned char *s, unsigned, unsigned m) {
+        return detail::reduce<bool>(s, m, [](bool a, bool c) { return a && c; });
+      },
+      MSL_SITE);
 }
 
 // ---- simdgroup matrices ------------------------------------------------------
 // Every lane holds the whole matrix (row-major); loads read it whole, stores
-// write it whole, products are computed in float by every lane.
+// write it whole, products are computed in float by every lane. The runtime
+// compares each lane's operation with the other lanes' (msl_rt_mma): a load or
+// store whose address, stride, origin or transpose depends on the lane, or a
+// product that differs between lanes, is an error, since on the GPU each lane
+// holds only its own elements of one matrix shared by the simdgroup.
 template <class T, int R, int C> struct simdgroup_matrix {
   T e[R * C];
 };
@@ -408,7 +457,8 @@ template <class T, int R, int C> inline simdgroup_matrix<T, R, C> make_filled_si
 
 template <class T, class S, int R, int C>
 inline void simdgroup_load(thread simdgroup_matrix<T, R, C> &m, const S *src, ulong elements_per_row = C,
-                           ulong2 origin = 0, bool transpose = false) {
+                           ulong2 origin = 0, bool transpose = false, MSL_SITE_PARAMS) {
+  msl_rt_mma(0, src, elements_per_row, origin.x | origin.y << 32, transpose, 0, MSL_SITE);
   for (int r = 0; r < R; r++)
     for (int c = 0; c < C; c++) {
       ulong row = transpose ? (ulong)c : (ulong)r, col = transpose ? (ulong)r : (ulong)c;
@@ -417,7 +467,8 @@ inline void simdgroup_load(thread simdgroup_matrix<T, R, C> &m, const S *src, ul
 }
 template <class T, class S, int R, int C>
 inline void simdgroup_store(simdgroup_matrix<T, R, C> m, S *dst, ulong elements_per_row = C, ulong2 origin = 0,
-                            bool transpose = false) {
+                            bool transpose = false, MSL_SITE_PARAMS) {
+  msl_rt_mma(1, dst, elements_per_row, origin.x | origin.y << 32, transpose, 0, MSL_SITE);
   for (int r = 0; r < R; r++)
     for (int c = 0; c < C; c++) {
       ulong row = transpose ? (ulong)c : (ulong)r, col = transpose ? (ulong)r : (ulong)c;
@@ -426,7 +477,8 @@ inline void simdgroup_store(simdgroup_matrix<T, R, C> m, S *dst, ulong elements_
 }
 template <class TD, class TA, class TB, class TC, int M, int N, int K>
 inline void simdgroup_multiply_accumulate(thread simdgroup_matrix<TD, M, N> &d, simdgroup_matrix<TA, M, K> a,
-                                          simdgroup_matrix<TB, K, N> b, simdgroup_matrix<TC, M, N> c) {
+                                          simdgroup_matrix<TB, K, N> b, simdgroup_matrix<TC, M, N> c,
+                                          MSL_SITE_PARAMS) {
   simdgroup_matrix<TD, M, N> r;
   for (int i = 0; i < M; i++)
     for (int j = 0; j < N; j++) {
@@ -435,12 +487,13 @@ inline void simdgroup_multiply_accumulate(thread simdgroup_matrix<TD, M, N> &d, 
         s += (float)a.e[i * K + k] * (float)b.e[k * N + j];
       r.e[i * N + j] = (TD)s;
     }
+  msl_rt_mma(2, r.e, 0, 0, 0, sizeof(r.e), MSL_SITE);
   d = r;
 }
 template <class TD, class TA, class TB, int M, int N, int K>
 inline void simdgroup_multiply(thread simdgroup_matrix<TD, M, N> &d, simdgroup_matrix<TA, M, K> a,
-                               simdgroup_matrix<TB, K, N> b) {
-  simdgroup_multiply_accumulate(d, a, b, make_filled_simdgroup_matrix<TD, M, N>((TD)0));
+                               simdgroup_matrix<TB, K, N> b, MSL_SITE_PARAMS) {
+  simdgroup_multiply_accumulate(d, a, b, make_filled_simdgroup_matrix<TD, M, N>((TD)0), MSL_SITE);
 }
 
 // ---- atomics (device scope; threadgroups may run on different OS threads) -----
