@@ -44,11 +44,14 @@ var pkTable = map[quant.Type]*pkKernels{
 	quant.Q6_K: {pkQ6Kx2x4AVX2, pkQ6Kx4x1AVX2},
 }
 
-// packedKernels returns the packed-weight kernels of typ, nil when there
-// are none (or the CPU lacks AVX2).
+// packedKernels returns the packed-weight kernels of typ at the chosen ISA
+// level, nil when there are none (or the CPU lacks AVX2).
 func packedKernels(typ quant.Type) *pkKernels {
 	if !fast {
 		return nil
+	}
+	if hasISA(isaAVX512) {
+		return pkTableAVX512[typ]
 	}
 	return pkTable[typ]
 }

@@ -9,6 +9,10 @@ func dotQ8_0x2x4AVX2(w *byte, stride int, x *byte, xstride int, xd *float32, nb 
 func hasQ8_0x2x4() bool { return fast }
 
 func dotQ8_0x2x4Fast(w []byte, stride int, x []byte, xstride int, xd []float32, nb int, r *[8]float32) {
+	if hasISA(isaAVX512) {
+		dotQ8_0x2x4AVX512(&w[0], stride, &x[0], xstride, &xd[0], nb, r)
+		return
+	}
 	dotQ8_0x2x4AVX2(&w[0], stride, &x[0], xstride, &xd[0], nb, r)
 }
 

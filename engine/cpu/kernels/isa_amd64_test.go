@@ -1,0 +1,182 @@
+//go:build !purego
+
+package kernels
+
+import (
+	"encoding/binary"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/clefrt/clef/quant"
+)
+
+// forEachISA runs f with every kernel level forced in turn (as
+// CLEF_CPU_ISA would), skipping, and saying so, the levels this CPU lacks.
+func forEachISA(t *testing.T, f func(t *testing.T)) {
+	saved := level
+	defer setISA(saved)
+	for l := isaGeneric; l <= isaAVX512; l++ {
+		t.Run(l.String(), func(t *testing.T) {
+			if l > cpuLevel {
+				t.Skipf("this CPU runs at most %s: the %s kernels (%s) are not covered here", cpuLevel, l, isaNeeds[l])
+			}
+			setISA(l)
+			defer setISA(saved)
+			if Accelerated() != l.String() {
+				t.Fatalf("Accelerated() = %q at level %s", Accelerated(), l)
+			}
+			f(t)
+		})
+	}
+}
+
+// TestGEMMEachISA runs the shared GEMM table and the fast-versus-generic
+// checks at every kernel level this CPU runs.
+func TestGEMMEachISA(t *testing.T) {
+	forEachISA(t, func(t *testing.T) {
+		gemmTable(t)
+		TestFastMatchesGeneric(t)
+	})
+}
+
+// q8Blocks returns nb random q8_0 blocks per row for rows rows: every
+// code value occurs (-128 only if min128); row 1 is all code -128 (-127
+// without min128) and row 2 all +127 or -127 in runs (the extremes of both
+// operands), scales random of both signs.
+func q8Blocks(rng *rand.Rand, rows, nb int, min128 bool) []byte {
+	b := make([]byte, rows*34*nb+64)
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	for r := 0; r < rows; r++ {
+		for blk := 0; blk < nb; blk++ {
+			o := (r*nb + blk) * 34
+			for j := 2; j < 34; j++ {
+				switch r {
+				case 1:
+					b[o+j] = 0x80
+				case 2:
+					b[o+j] = 127
+					if (j/4+blk)%2 == 0 {
+						b[o+j] = 0x81 // -127
+					}
+				}
+			}
+			if !min128 {
+				for j := 2; j < 34; j++ {
+					if b[o+j] == 0x80 {
+						b[o+j] = 0x81
+					}
+				}
+			}
+			v := float32(rng.Float64()*0.01+0.001) * float32(1-2*int(rng.Uint32()&1))
+			binary.LittleEndian.PutUint16(b[o:], quant.Float32ToFloat16(v))
+		}
+	}
+	return b
+}
+
+// q8Ref is the float64 dot product of two q8_0 rows and Σ|w·x|.
+func q8Ref(w, x []byte, nb int) (ref, abs float64) {
+	for blk := 0; blk < nb; blk++ {
+		dw := float64(quant.Float16ToFloat32(binary.LittleEndian.Uint16(w[34*blk:])))
+		dx := float64(quant.Float16ToFloat32(binary.LittleEndian.Uint16(x[34*blk:])))
+		for j := 2; j < 34; j++ {
+			p := dw * dx * float64(int8(w[34*blk+j])) * float64(int8(x[34*blk+j]))
+			ref += p
+			abs += math.Abs(p)
+		}
+	}
+	return ref, abs
+}
+
+// TestQ8_0KernelsExtremeCodes drives the q8_0 kernels directly with the
+// extreme codes, odd and even block counts, and NaN sentinels around the
+// results, at every kernel level: weight code -128 against activation
+// codes ±127 everywhere, and activation code -128 too where the kernel
+// takes it (the generic and AVX-512 ones; the GEMM table's activations
+// come from the quantizer, which never writes -128, and the AVX2 kernels
+// sign the activations by the weights, which -128 would overflow).
+func TestQ8_0KernelsExtremeCodes(t *testing.T) {
+	forEachISA(t, func(t *testing.T) {
+		rng := rand.New(rand.NewPCG(15, 1))
+		xMin128 := level != isaAVX2
+		for _, nb := range []int{1, 2, 3, 4, 5, 9, 64} {
+			w := q8Blocks(rng, 4, nb, true)
+			x := q8Blocks(rng, 4, nb, xMin128)
+			row := 34 * nb
+			check := func(name string, got float32, wr, xr int) {
+				t.Helper()
+				ref, abs := q8Ref(w[wr*row:], x[xr*row:], nb)
+				if !(math.Abs(float64(got)-ref) <= 1e-6*abs) {
+					t.Fatalf("%s nb=%d w%d·x%d: %g, want %g (Σ|w·x| %g)", name, nb, wr, xr, got, ref, abs)
+				}
+			}
+			for xr := 0; xr < 4; xr++ {
+				var r [4]float32
+				dotQ8_0x4(w, row, x[xr*row:(xr+1)*row], nb, &r)
+				for j := range r {
+					check("4x1", r[j], j, xr)
+				}
+			}
+			if !hasQ8_0x2x4() {
+				continue
+			}
+			xd := make([]float32, 4*nb+2)
+			for i := range xd {
+				xd[i] = float32(math.NaN())
+			}
+			for i := 0; i < 4*nb; i++ {
+				xd[i] = quant.Float16ToFloat32(binary.LittleEndian.Uint16(x[34*i:]))
+			}
+			for w0 := 0; w0 < 4; w0 += 2 {
+				var r [10]float32
+				for i := range r {
+					r[i] = float32(math.NaN())
+				}
+				dotQ8_0x2x4(w[w0*row:], row, x, row, xd[:4*nb], nb, (*[8]float32)(r[1:9]))
+				for i := 0; i < 8; i++ {
+					check("2x4", r[1+i], w0+i/4, i%4)
+				}
+				if !math.IsNaN(float64(r[0])) || !math.IsNaN(float64(r[9])) {
+					t.Fatalf("2x4 nb=%d: wrote outside its 8 results", nb)
+				}
+			}
+		}
+	})
+}
+
+// TestChooseISA checks the CLEF_CPU_ISA choice: a level up to the CPU's
+// is taken, one above it or an unknown name is refused with an error that
+// names both, and the CPU's level is kept.
+func TestChooseISA(t *testing.T) {
+	for _, c := range []struct {
+		env     string
+		have    isaLevel
+		want    isaLevel
+		errPart string
+	}{
+		{"", isaAVX512, isaAVX512, ""},
+		{"", isaAVX2, isaAVX2, ""},
+		{"generic", isaAVX512, isaGeneric, ""},
+		{" AVX2 ", isaAVX512, isaAVX2, ""},
+		{"avx512", isaAVX512, isaAVX512, ""},
+		{"avx2", isaAVX2, isaAVX2, ""},
+		{"avx512", isaAVX2, isaAVX2, "refused: this CPU runs at most avx2 (avx512 needs"},
+		{"avx2", isaGeneric, isaGeneric, "refused: this CPU runs at most generic"},
+		{"sse4", isaAVX2, isaAVX2, `"sse4" is not one of generic, avx2, avx512; using avx2`},
+	} {
+		got, err := chooseISA(c.env, c.have)
+		if got != c.want {
+			t.Errorf("chooseISA(%q, %s) = %s, want %s", c.env, c.have, got, c.want)
+		}
+		switch {
+		case c.errPart == "" && err != nil:
+			t.Errorf("chooseISA(%q, %s): unexpected error %v", c.env, c.have, err)
+		case c.errPart != "" && (err == nil || !strings.Contains(err.Error(), c.errPart)):
+			t.Errorf("chooseISA(%q, %s): error %v, want one containing %q", c.env, c.have, err, c.errPart)
+		}
+	}
+}
