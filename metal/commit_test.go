@@ -133,14 +133,7 @@ func TestCommitBudget64k(t *testing.T) {
 // bufferDispatches, committed without waiting; only Read waits.
 func TestCommitPolicy(t *testing.T) {
 	g := newFakeGPU()
-	b, err := newBackend(g, "fake")
-	if err != nil {
-		t.Fatal(err)
-	}
-	x, err := b.Upload(make([]float32, 64), 8, 8)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, x := fakeBackend(t, g)
 	for range 200 {
 		y, err := b.Add(x, x)
 		if err != nil {

@@ -3,6 +3,9 @@ package metal
 import (
 	"context"
 	"fmt"
+	"testing"
+
+	"github.com/clefrt/clef/engine/backend"
 )
 
 // hostBuf is device memory of fakeGPU: the bytes of an upload or view (a
@@ -164,3 +167,18 @@ func (g *fakeGPU) GPUTimes() []BufferTime {
 }
 
 func (g *fakeGPU) Close() error { return nil }
+
+// fakeBackend opens the backend on g and uploads an 8x8 activation of
+// zeros for the tests' launches.
+func fakeBackend(t *testing.T, g *fakeGPU) (*Backend, *backend.Tensor) {
+	t.Helper()
+	b, err := newBackend(g, "fake")
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := b.Upload(make([]float32, 64), 8, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, x
+}

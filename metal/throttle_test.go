@@ -70,14 +70,7 @@ func TestThrottle(t *testing.T) {
 func TestDispatchFailureDropsDeviceBatch(t *testing.T) {
 	g := newFakeGPU()
 	g.failDispatch = 5
-	b, err := newBackend(g, "fake")
-	if err != nil {
-		t.Fatal(err)
-	}
-	x, err := b.Upload(make([]float32, 64), 8, 8)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, x := fakeBackend(t, g)
 	for range 10 {
 		y, err := b.Add(x, x)
 		if err != nil {

@@ -137,19 +137,7 @@ func kernel2x4(f format) {
 	p("// against four q8_K rows (xstride bytes apart); adds 8 float32 partial")
 	p("// sums per (weight row r, activation row a) to acc[8·(4r+a):].")
 	p("TEXT ·pk%sx2x4AVX2(SB), NOSPLIT, $0-56", f.name)
-	p("\tMOVQ w+0(FP), SI")
-	p("\tMOVQ stride+8(FP), AX")
-	p("\tLEAQ (SI)(AX*1), R8")
-	p("\tMOVQ recs+16(FP), R9")
-	p("\tMOVQ nb+24(FP), CX")
-	p("\tIMUL3Q $72, CX, AX")
-	p("\tLEAQ (R9)(AX*1), R10")
-	p("\tMOVQ x+32(FP), DI")
-	p("\tMOVQ xstride+40(FP), AX")
-	p("\tLEAQ (DI)(AX*1), R11")
-	p("\tLEAQ (R11)(AX*1), R12")
-	p("\tLEAQ (R12)(AX*1), R13")
-	p("\tMOVQ acc+48(FP), DX")
+	prologue2x4()
 	setupMasks(f)
 	for i := 0; i < 8; i++ {
 		p("\tVPXOR Y%d, Y%d, Y%d", i, i, i)
@@ -192,19 +180,7 @@ func kernel4x1(f format) {
 	p("// Four %s rows against one q8_K row; adds 8 partial sums per weight", f.typ)
 	p("// row r to acc[8r:].")
 	p("TEXT ·pk%sx4x1AVX2(SB), NOSPLIT, $0-48", f.name)
-	p("\tMOVQ w+0(FP), SI")
-	p("\tMOVQ stride+8(FP), AX")
-	p("\tLEAQ (SI)(AX*1), R8")
-	p("\tLEAQ (R8)(AX*1), R9")
-	p("\tLEAQ (R9)(AX*1), R10")
-	p("\tMOVQ recs+16(FP), R11")
-	p("\tMOVQ nb+24(FP), CX")
-	p("\tIMUL3Q $72, CX, AX")
-	p("\tLEAQ (R11)(AX*1), R12")
-	p("\tLEAQ (R12)(AX*1), R13")
-	p("\tLEAQ (R13)(AX*1), BX")
-	p("\tMOVQ x+32(FP), DI")
-	p("\tMOVQ acc+40(FP), DX")
+	prologue4x1()
 	setupMasks(f)
 	for i := 0; i < 4; i++ {
 		p("\tVPXOR Y%d, Y%d, Y%d", i, i, i)
@@ -438,19 +414,7 @@ func zkernel2x4(f format) {
 	p("// func pk%sx2x4AVX512(w *byte, stride int, recs *byte, nb int, x *byte, xstride int, acc *float32)", f.name)
 	p("// Two %s rows against four q8_K rows, as pk%sx2x4AVX2.", f.typ, f.name)
 	p("TEXT ·pk%sx2x4AVX512(SB), NOSPLIT, $0-56", f.name)
-	p("\tMOVQ w+0(FP), SI")
-	p("\tMOVQ stride+8(FP), AX")
-	p("\tLEAQ (SI)(AX*1), R8")
-	p("\tMOVQ recs+16(FP), R9")
-	p("\tMOVQ nb+24(FP), CX")
-	p("\tIMUL3Q $72, CX, AX")
-	p("\tLEAQ (R9)(AX*1), R10")
-	p("\tMOVQ x+32(FP), DI")
-	p("\tMOVQ xstride+40(FP), AX")
-	p("\tLEAQ (DI)(AX*1), R11")
-	p("\tLEAQ (R11)(AX*1), R12")
-	p("\tLEAQ (R12)(AX*1), R13")
-	p("\tMOVQ acc+48(FP), DX")
+	prologue2x4()
 	zkernel(f, []string{"SI", "R8"}, []string{"R9", "R10"}, []string{"DI", "R11", "R12", "R13"})
 }
 
@@ -460,19 +424,7 @@ func zkernel4x1(f format) {
 	p("// func pk%sx4x1AVX512(w *byte, stride int, recs *byte, nb int, x *byte, acc *float32)", f.name)
 	p("// Four %s rows against one q8_K row, as pk%sx4x1AVX2.", f.typ, f.name)
 	p("TEXT ·pk%sx4x1AVX512(SB), NOSPLIT, $0-48", f.name)
-	p("\tMOVQ w+0(FP), SI")
-	p("\tMOVQ stride+8(FP), AX")
-	p("\tLEAQ (SI)(AX*1), R8")
-	p("\tLEAQ (R8)(AX*1), R9")
-	p("\tLEAQ (R9)(AX*1), R10")
-	p("\tMOVQ recs+16(FP), R11")
-	p("\tMOVQ nb+24(FP), CX")
-	p("\tIMUL3Q $72, CX, AX")
-	p("\tLEAQ (R11)(AX*1), R12")
-	p("\tLEAQ (R12)(AX*1), R13")
-	p("\tLEAQ (R13)(AX*1), BX")
-	p("\tMOVQ x+32(FP), DI")
-	p("\tMOVQ acc+40(FP), DX")
+	prologue4x1()
 	zkernel(f, []string{"SI", "R8", "R9", "R10"}, []string{"R11", "R12", "R13", "BX"}, []string{"DI"})
 }
 
@@ -521,4 +473,42 @@ func writeAVX512() {
 		p("")
 	}
 	b.Write(body)
+}
+
+// prologue2x4 loads the arguments of a 2x4 kernel (both sets): weight rows
+// SI, R8; their scale records R9, R10; activation rows DI, R11, R12, R13;
+// the block count CX; acc DX.
+func prologue2x4() {
+	p("\tMOVQ w+0(FP), SI")
+	p("\tMOVQ stride+8(FP), AX")
+	p("\tLEAQ (SI)(AX*1), R8")
+	p("\tMOVQ recs+16(FP), R9")
+	p("\tMOVQ nb+24(FP), CX")
+	p("\tIMUL3Q $72, CX, AX")
+	p("\tLEAQ (R9)(AX*1), R10")
+	p("\tMOVQ x+32(FP), DI")
+	p("\tMOVQ xstride+40(FP), AX")
+	p("\tLEAQ (DI)(AX*1), R11")
+	p("\tLEAQ (R11)(AX*1), R12")
+	p("\tLEAQ (R12)(AX*1), R13")
+	p("\tMOVQ acc+48(FP), DX")
+}
+
+// prologue4x1 loads the arguments of a 4x1 kernel (both sets): weight rows
+// SI, R8, R9, R10; their scale records R11, R12, R13, BX; the activation
+// row DI; the block count CX; acc DX.
+func prologue4x1() {
+	p("\tMOVQ w+0(FP), SI")
+	p("\tMOVQ stride+8(FP), AX")
+	p("\tLEAQ (SI)(AX*1), R8")
+	p("\tLEAQ (R8)(AX*1), R9")
+	p("\tLEAQ (R9)(AX*1), R10")
+	p("\tMOVQ recs+16(FP), R11")
+	p("\tMOVQ nb+24(FP), CX")
+	p("\tIMUL3Q $72, CX, AX")
+	p("\tLEAQ (R11)(AX*1), R12")
+	p("\tLEAQ (R12)(AX*1), R13")
+	p("\tLEAQ (R13)(AX*1), BX")
+	p("\tMOVQ x+32(FP), DI")
+	p("\tMOVQ acc+40(FP), DX")
 }
