@@ -38,6 +38,10 @@ test-purego:
 test-arm64:
 	@command -v qemu-aarch64 >/dev/null || { echo "qemu-aarch64 missing (make deps, or apt-get install qemu-user)"; exit 1; }
 	GOARCH=arm64 CGO_ENABLED=0 $(GO) test -count=1 -exec qemu-aarch64 $(ARM64_PKGS)
+	# the kernels once per arm64 level, each on a qemu CPU that has exactly it (CLEF_EXPECT_ISA fails the run otherwise)
+	CLEF_EXPECT_ISA=i8mm GOARCH=arm64 CGO_ENABLED=0 $(GO) test -count=1 -exec 'qemu-aarch64 -cpu max' ./engine/cpu/kernels/
+	CLEF_EXPECT_ISA=neon GOARCH=arm64 CGO_ENABLED=0 $(GO) test -count=1 -exec 'qemu-aarch64 -cpu cortex-a76' ./engine/cpu/kernels/
+	CLEF_EXPECT_ISA=generic GOARCH=arm64 CGO_ENABLED=0 $(GO) test -count=1 -exec 'qemu-aarch64 -cpu cortex-a53' ./engine/cpu/kernels/
 
 ## test-emu: the Metal backend over the emulated GPU (the mslemu build tag):
 ## the conformance suite, the stacked-expert launches, selftest's checks, the

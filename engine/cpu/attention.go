@@ -8,7 +8,8 @@ import (
 )
 
 const (
-	// attnQueryBlock is how many query rows of one head pair a worker takes.
+	// attnQueryBlock is how many query rows of one head pair a worker of
+	// attentionRows takes.
 	attnQueryBlock = 16
 	// attnKeyBlock is how many keys are scored before the running softmax
 	// is rescaled.
@@ -16,12 +17,11 @@ const (
 )
 
 // Attention is grouped-query attention with an online softmax over blocks
-// of keys: memory is O(L·headDim) whatever the length. Two query heads that
-// read the same kv head are scored together (a 2×4 tile of heads × keys), so
-// every key row is loaded once for both. Each query row runs over the keys
-// [lo, hi) its masks leave it (o.KeyRanges), in blocks from lo; a causal
-// row of the decoder, lo = 0, is computed exactly as before the masks were
-// options.
+// of keys: memory is O(L·headDim) whatever the length. Each query row runs
+// over the keys [lo, hi) its masks leave it (o.KeyRanges). Where tile
+// kernels exist (attnTiles) the rows of all query heads of one kv head are
+// scored in tiles against 64-key blocks (attn_tile.go); otherwise one row
+// of a head pair at a time (attentionRows).
 func (b *Backend) Attention(q, k, v *backend.Tensor, o backend.AttentionOptions) (*backend.Tensor, error) {
 	qf, L, qc, err := act(q, "Attention q")
 	if err != nil {
@@ -42,16 +42,44 @@ func (b *Backend) Attention(q, k, v *backend.Tensor, o backend.AttentionOptions)
 	if err != nil {
 		return nil, fmt.Errorf("cpu: Attention: %w", err)
 	}
-	ranges := o.KeyRanges(L, kl)
-	group := o.Heads / o.KVHeads
+	g := attnGeom{L: L, qc: qc, kl: kl, kc: kc, d: d, heads: o.Heads, kvHeads: o.KVHeads,
+		scale: o.Scale, ranges: o.KeyRanges(L, kl)}
+	var out []float32
+	if attnTiles {
+		out, err = b.attentionTiled(qf, kf, vf, g)
+	} else {
+		out, err = b.attentionRows(qf, kf, vf, g)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return newAct(out, L, qc), nil
+}
+
+// attnGeom is one Attention call's shape: L query rows of qc values, kl
+// key and value rows of kc, heads of d, and each query row's key range.
+type attnGeom struct {
+	L, qc, kl, kc, d int
+	heads, kvHeads   int
+	scale            float32
+	ranges           [][2]int
+}
+
+// attentionRows is Attention one query row (of a head pair) at a time:
+// two query heads that read the same kv head are scored together (a 2×4
+// tile of heads × keys), so every key row is loaded once for both; each
+// row's keys run in 64-key blocks from its lo. It serves where the tile
+// kernels have no fast version (arm64's NEON kernels are the row ones).
+func (b *Backend) attentionRows(qf, kf, vf []float32, g attnGeom) ([]float32, error) {
+	L, qc, kc, d := g.L, g.qc, g.kc, g.d
+	group := g.heads / g.kvHeads
 	pair := 1
 	if group%2 == 0 {
 		pair = 2
 	}
-	units := o.Heads / pair
+	units := g.heads / pair
 	out := make([]float32, L*qc)
 	qBlocks := (L + attnQueryBlock - 1) / attnQueryBlock
-	scale := o.Scale
 	if err := b.parallelDynamic(units*qBlocks, func(_, item int) {
 		// Hand out the last query blocks (the longest, when causal) first.
 		h0 := item % units * pair
@@ -60,13 +88,13 @@ func (b *Backend) Attention(q, k, v *backend.Tensor, o backend.AttentionOptions)
 		var st attnState
 		st.init(d, pair)
 		for i := qb * attnQueryBlock; i < min(L, (qb+1)*attnQueryBlock); i++ {
-			st.row(qf[i*qc+h0*d:i*qc+(h0+pair)*d], kf[kvh*d:], vf[kvh*d:], kc, ranges[i][0], ranges[i][1], scale)
+			st.row(qf[i*qc+h0*d:i*qc+(h0+pair)*d], kf[kvh*d:], vf[kvh*d:], kc, g.ranges[i][0], g.ranges[i][1], g.scale)
 			st.write(out[i*qc+h0*d : i*qc+(h0+pair)*d])
 		}
 	}); err != nil {
 		return nil, err
 	}
-	return newAct(out, L, qc), nil
+	return out, nil
 }
 
 // attnState is one worker's online-softmax state for one or two heads.

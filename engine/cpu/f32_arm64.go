@@ -98,3 +98,7 @@ func axpy4(y, x []float32, stride int, p *[4]float32) {
 		y[i] = y[i] + p[0]*x[i] + p[1]*x[stride+i] + p[2]*x[2*stride+i] + p[3]*x[3*stride+i]
 	}
 }
+
+// attnRowKernels: Attention keeps its row path here, whose dot and axpy
+// kernels have NEON versions (the tile kernels have only generic ones).
+const attnRowKernels = true

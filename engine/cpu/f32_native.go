@@ -2,10 +2,14 @@
 
 package cpu
 
-import "golang.org/x/sys/cpu"
+import (
+	"github.com/clefrt/clef/engine/cpu/kernels"
+	"golang.org/x/sys/cpu"
+)
 
-// useAVX2 selects the AVX2+FMA float32 kernels.
-var useAVX2 = cpu.X86.HasAVX2 && cpu.X86.HasFMA
+// useAVX2 selects the AVX2+FMA float32 kernels, unless the kernels
+// package runs its generic set (CLEF_CPU_ISA=generic forces it).
+var useAVX2 = cpu.X86.HasAVX2 && cpu.X86.HasFMA && kernels.Accelerated() != "generic"
 
 //go:noescape
 func dot4AVX2(x, w *float32, stride, n int, r *[4]float32)

@@ -14,3 +14,6 @@ func axpy(y, x []float32, a float32) { axpyGeneric(y, x, a) }
 const accelerated = "generic"
 
 func axpy4(y, x []float32, stride int, p *[4]float32) { axpy4Generic(y, x, stride, p) }
+
+// attnRowKernels: the row path of Attention has no vector kernels here.
+const attnRowKernels = false

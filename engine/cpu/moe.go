@@ -293,17 +293,11 @@ func (b *Backend) expertFFN(ye, xf []float32, rows []int, hidden int, pj *moePro
 		return err
 	}
 	if par {
-		if err := b.parallel(len(gt), 1<<14, func(lo, hi int) {
-			for i := lo; i < hi; i++ {
-				gt[i] = silu(gt[i]) * upv[i]
-			}
-		}); err != nil {
+		if err := b.siluMulParallel(gt, upv); err != nil {
 			return err
 		}
 	} else {
-		for i, g := range gt {
-			gt[i] = silu(g) * upv[i]
-		}
+		siluMul(gt, upv)
 	}
 	_, err = b.project(ye, gt, n, pj.ffn, hidden, pj.down, pj.dw, nil, par)
 	return err
@@ -449,7 +443,30 @@ func (b *Backend) project(out, x []float32, m, k, n int, src func([]float32, int
 	return xq, gemmQ(out, xq, m, n, w, 0, n)
 }
 
-// silu is x·sigmoid(x).
+// siluBlock is the block of siluMul: a slice that starts at a multiple of
+// it gives each value the same bits however the rest is cut.
+const siluBlock = 64
+
+// siluMulParallel is siluMul on the workers, cut at whole blocks of
+// siluBlock values: which values take the vector lanes depends only on
+// their position, so the bits do not depend on the thread count.
+func (b *Backend) siluMulParallel(g, u []float32) error {
+	return b.parallel((len(g)+siluBlock-1)/siluBlock, (1<<14)/siluBlock, func(lo, hi int) {
+		a, e := lo*siluBlock, min(hi*siluBlock, len(g))
+		siluMul(g[a:e], u[a:e])
+	})
+}
+
+// siluMulGeneric sets g[i] = silu(g[i])·u[i]: the generic twin of siluMul.
+func siluMulGeneric(g, u []float32) {
+	for i, v := range g {
+		g[i] = silu(v) * u[i]
+	}
+}
+
+// silu is x·sigmoid(x) in float32, as the reference computes it: e^-x by
+// expf (within 2 ulp; +Inf past 88.7, so a very negative x gives -0), one
+// add and one divide. (math.Exp in float64 was ~4% of a Q8_0 prefill.)
 func silu(x float32) float32 {
-	return float32(float64(x) / (1 + math.Exp(-float64(x))))
+	return x / (1 + expf(-x))
 }

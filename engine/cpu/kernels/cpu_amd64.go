@@ -3,17 +3,9 @@
 package kernels
 
 import (
-	"fmt"
-	"os"
-	"strings"
-
 	"github.com/clefrt/clef/quant"
 	"golang.org/x/sys/cpu"
 )
-
-// isaLevel orders the amd64 kernel sets: each level's kernels need the
-// instructions of every level below it.
-type isaLevel int
 
 const (
 	// isaGeneric runs the pure-Go twins.
@@ -21,18 +13,14 @@ const (
 	// isaAVX2 needs AVX2, FMA and F16C (q8_0_amd64.s, packed_amd64.s,
 	// legacy_amd64.s, half_amd64.s, dotf32_amd64.s).
 	isaAVX2
-	// isaAVX512 adds AVX-512 F, BW, VL and VNNI (q8_0_avx512_amd64.s).
+	// isaAVX512 adds AVX-512 F, BW, VL and VNNI (q8_0_avx512_amd64.s,
+	// packed_avx512_amd64.s, half_avx512_amd64.s).
 	isaAVX512
 )
 
 var isaNames = [...]string{isaGeneric: "generic", isaAVX2: "avx2", isaAVX512: "avx512"}
 
-// String returns the level's name, as CLEF_CPU_ISA spells it.
-func (l isaLevel) String() string { return isaNames[l] }
-
-// cpuLevel is the highest level this CPU (and OS) runs.
-var cpuLevel = detectISA()
-
+// detectISA returns the highest level this CPU (and OS) runs.
 func detectISA() isaLevel {
 	x := &cpu.X86
 	switch {
@@ -44,58 +32,10 @@ func detectISA() isaLevel {
 	return isaAVX512
 }
 
-// chooseISA returns the level to run: cpuLevel unless env (the value of
-// CLEF_CPU_ISA) names a lower one. A level the CPU lacks, or a name that
-// is no level, is refused: the result is then cpuLevel (for a level above
-// it) and an error saying so.
-func chooseISA(env string, have isaLevel) (isaLevel, error) {
-	env = strings.TrimSpace(strings.ToLower(env))
-	if env == "" {
-		return have, nil
-	}
-	for l, name := range isaNames {
-		if env != name {
-			continue
-		}
-		if isaLevel(l) > have {
-			return have, fmt.Errorf("CLEF_CPU_ISA=%s refused: this CPU runs at most %s (%s needs %s); using %s",
-				env, have, env, isaNeeds[l], have)
-		}
-		return isaLevel(l), nil
-	}
-	return have, fmt.Errorf("CLEF_CPU_ISA=%q is not one of %s; using %s", env, strings.Join(isaNames[:], ", "), have)
-}
-
 var isaNeeds = [...]string{isaGeneric: "nothing", isaAVX2: "AVX2, FMA and F16C", isaAVX512: "AVX2, FMA, F16C and AVX-512 F, BW, VL, VNNI"}
 
-// level is the kernel set in use; isaErr is why CLEF_CPU_ISA was refused
-// (reported once on stderr when the package starts).
-var level, isaErr = chooseISA(os.Getenv("CLEF_CPU_ISA"), cpuLevel)
-
-func init() {
-	if isaErr != nil {
-		fmt.Fprintf(os.Stderr, "clef: kernels: %v\n", isaErr)
-	}
-}
-
-// fast selects the AVX2 kernels (level >= isaAVX2); tests clear it to run
-// the generic twins whatever the level.
-var fast = level >= isaAVX2
-
-// accelerated names the kernel set in use.
-var accelerated = level.String()
-
-// setISA switches the kernel set (tests force each level with it).
-func setISA(l isaLevel) {
-	level = l
-	fast = l >= isaAVX2
-	accelerated = l.String()
-}
-
-// hasISA reports whether the kernels of level l run: fast kernels are on
-// and the chosen level is at least l. A kernel set of a level is one
-// dispatch line, e.g. if hasISA(isaAVX512) { return pkTable512[typ] }.
-func hasISA(l isaLevel) bool { return fast && level >= l }
+// isaFast is the lowest level with fast kernels (isa.go's fast).
+const isaFast = isaAVX2
 
 // fastF32 reports whether dotF32x4 has a fast version.
 const fastF32 = true
@@ -118,6 +58,14 @@ const fastHalf = true
 // dotHalfx4Fast dots the first 8·n8 values of four f16 or bf16 rows
 // (stride bytes apart) with float32 activations.
 func dotHalfx4Fast(bf16 bool, w *byte, stride int, x *float32, n8 int, r *[4]float32) {
+	if hasISA(isaAVX512) {
+		if bf16 {
+			dotBF16x4AVX512(w, stride, x, n8, r)
+		} else {
+			dotF16x4AVX512(w, stride, x, n8, r)
+		}
+		return
+	}
 	if bf16 {
 		dotBF16x4AVX2(w, stride, x, n8, r)
 	} else {
@@ -141,6 +89,17 @@ const fastFloat2x4 = true
 // (stride bytes apart) with four float32 activation rows (xstride bytes
 // apart) into r[4·row+act].
 func dotFloat2x4Fast(typ quant.Type, w *byte, stride int, x *float32, xstride, n8 int, r *[8]float32) {
+	if hasISA(isaAVX512) {
+		switch typ {
+		case quant.BF16:
+			dotBF16x2x4AVX512(w, stride, x, xstride, n8, r)
+		case quant.F16:
+			dotF16x2x4AVX512(w, stride, x, xstride, n8, r)
+		default:
+			dotF32x2x4AVX512(w, stride, x, xstride, n8, r)
+		}
+		return
+	}
 	switch typ {
 	case quant.BF16:
 		dotBF16x2x4AVX2(w, stride, x, xstride, n8, r)
@@ -165,6 +124,17 @@ const fastWiden = true
 
 // widenFast widens the first 8·n8 f32/f16/bf16 values of src to float32.
 func widenFast(typ quant.Type, dst *float32, src *byte, n8 int) {
+	if hasISA(isaAVX512) {
+		switch typ {
+		case quant.BF16:
+			widenBF16AVX512(dst, src, n8)
+		case quant.F16:
+			widenF16AVX512(dst, src, n8)
+		default:
+			widenF32AVX512(dst, src, n8)
+		}
+		return
+	}
 	switch typ {
 	case quant.BF16:
 		widenBF16AVX2(dst, src, n8)
@@ -192,5 +162,9 @@ func kDot4Fast(tile *byte, rowStride int, x *byte, nb int, r *[4]float32) {
 }
 
 func dotF32x4Fast(w *float32, k int, x *float32, n8 int, r *[4]float32) {
+	if hasISA(isaAVX512) {
+		dotF32x4AVX512(w, k, x, n8, r)
+		return
+	}
 	dotF32x4AVX2(w, k, x, n8, r)
 }

@@ -7,15 +7,39 @@ import (
 	"golang.org/x/sys/cpu"
 )
 
-// fast selects the NEON kernels built on the ARMv8.2 dot product SDOT
-// (q8_0_arm64.s, kdot_arm64.s); every Apple Silicon core has it.
-var fast = cpu.ARM64.HasASIMDDP
+const (
+	// isaGeneric runs the pure-Go twins.
+	isaGeneric isaLevel = iota
+	// isaNEON needs the ARMv8.2 dot product SDOT (q8_0_arm64.s,
+	// kdot_arm64.s; float_arm64.s needs only NEON but runs at this level
+	// too); every Apple Silicon core has it.
+	isaNEON
+	// isaI8MM adds the int8 matrix multiply SMMLA (i8mm_arm64.s): Apple
+	// M2 and later, Graviton 3, Neoverse N2/V1.
+	isaI8MM
+)
 
-// fastF32 reports whether dotF32x4 has a fast version.
-const fastF32 = false
+var isaNames = [...]string{isaGeneric: "generic", isaNEON: "neon", isaI8MM: "i8mm"}
 
-// accelerated names the kernel set in use.
-var accelerated = map[bool]string{true: "neon-sdot", false: "generic"}[fast]
+// detectISA returns the highest level this CPU (and OS) runs. x/sys/cpu
+// reads the HWCAP/HWCAP2 bits on Linux (asimddp; i8mm is HWCAP2 bit 13)
+// and the sysctls hw.optional.arm.FEAT_DotProd / FEAT_I8MM on darwin,
+// without cgo.
+func detectISA() isaLevel {
+	a := &cpu.ARM64
+	switch {
+	case !a.HasASIMDDP:
+		return isaGeneric
+	case !a.HasI8MM:
+		return isaNEON
+	}
+	return isaI8MM
+}
+
+var isaNeeds = [...]string{isaGeneric: "nothing", isaNEON: "the dot product (SDOT)", isaI8MM: "the dot product (SDOT) and I8MM (SMMLA)"}
+
+// isaFast is the lowest level with fast kernels (isa.go's fast).
+const isaFast = isaNEON
 
 //go:noescape
 func dotQ8_0x4SDOT(w *byte, stride int, x *byte, nb int, r *[16]float32)
@@ -60,6 +84,9 @@ func dotBF16x2x4NEON(w *byte, stride int, x *float32, xstride int, n8 int, r *[3
 
 //go:noescape
 func dotF16x2x4NEON(w *byte, stride int, x *float32, xstride int, n8 int, r *[32]float32)
+
+// fastF32 reports whether dotF32x4 has a fast version.
+const fastF32 = false
 
 // fastFloat2x4 reports whether dotFloat2x4Fast exists.
 const fastFloat2x4 = true

@@ -90,6 +90,20 @@ func QuantizeActivations(typ quant.Type, x []float32, m, k int, dst []byte) erro
 		return fmt.Errorf("kernels: QuantizeActivations %v: %d rows of %d need %d floats and %d bytes, have %d and %d", typ, m, k, m*k, m*n, len(x), len(dst))
 	}
 	f, _ := quant.FormatOf(typ)
+	switch f.VecDotType {
+	case quant.Q8_0:
+		for i := 0; i < m; i++ {
+			quantizeQ8_0Row(dst[i*n:(i+1)*n], x[i*k:(i+1)*k])
+		}
+		return nil
+	case quant.Q8_K:
+		for i := 0; i < m; i++ {
+			if err := quantizeQ8_KRow(dst[i*n:(i+1)*n], x[i*k:(i+1)*k]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	for i := 0; i < m; i++ {
 		if err := quant.QuantizeActivations(f.VecDotType, dst[i*n:(i+1)*n], x[i*k:(i+1)*k]); err != nil {
 			return err
@@ -98,8 +112,10 @@ func QuantizeActivations(typ quant.Type, x []float32, m, k int, dst []byte) erro
 	return nil
 }
 
-// Accelerated names the kernel set in use: "avx2", "neon-sdot" or
-// "generic" (-tags purego, or a CPU without the needed features).
+// Accelerated names the kernel level in use: "avx512" or "avx2" on amd64,
+// "i8mm" or "neon" on arm64, or "generic" (-tags purego, another
+// architecture, or a CPU without the needed features); CLEF_CPU_ISA
+// forces a lower level.
 func Accelerated() string { return accelerated }
 
 // ActivationRowBytes returns the bytes of one row of k activations quantized

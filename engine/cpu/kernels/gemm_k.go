@@ -179,16 +179,31 @@ func scaleQ3K(i int, sc []byte) int {
 // f16 reads the binary16 value at b[0:2].
 func f16(b []byte) float32 { return quant.Float16ToFloat32(le.Uint16(b)) }
 
-// gemmK is the K-format GEMM over tiles of four weight rows.
+// gemmK is the K-format GEMM over tiles of four weight rows: against each
+// tile the activation rows two at a time through kDot4x2 where it has a
+// fast kernel (SMMLA), the rest (every row, or the last of an odd count)
+// one at a time through kDot4. A row's result is one kernel call over the
+// whole of k either way, so it does not depend on n or on how the weight
+// rows are split.
 func gemmK(typ quant.Type, w []byte, wRow, n, k int, xq []byte, xRow, m int, out []float32, ldOut int) {
 	nb := k / 256
 	bb := wRow / max(nb, 1)
 	tile := make([]byte, 4*nb*kRec)
+	pairs := 0
+	if hasKDot4x2() && nb > 0 {
+		pairs = m / 2
+	}
 	var r [4]float32
+	var r8 [8]float32
 	for j0 := 0; j0 < n; j0 += 4 {
 		rows := min(4, n-j0)
 		decodeKTile(typ, tile, w[j0*wRow:], rows, wRow, nb, bb)
-		for i := 0; i < m; i++ {
+		for i := 0; i < 2*pairs; i += 2 {
+			kDot4x2(tile, nb, xq[i*xRow:(i+2)*xRow], xRow, &r8)
+			copy(out[i*ldOut+j0:i*ldOut+j0+rows], r8[:rows])
+			copy(out[(i+1)*ldOut+j0:(i+1)*ldOut+j0+rows], r8[4:4+rows])
+		}
+		for i := 2 * pairs; i < m; i++ {
 			kDot4(tile, nb, xq[i*xRow:(i+1)*xRow], &r)
 			copy(out[i*ldOut+j0:i*ldOut+j0+rows], r[:rows])
 		}

@@ -34,13 +34,23 @@ func gemmLegacy(typ quant.Type, w []byte, wRow, n, k int, xq []byte, xRow, m int
 			}
 		}
 	}
-	var xd []float32
+	var xd, wd []float32
+	qf := 0
+	var xa []byte
+	xs := 0
 	if hasQ8_0x2x4() && m >= 4 && nb > 0 {
-		// The activation scales widened once for the 2×4 kernel.
-		xd = make([]float32, m*nb)
-		for i := 0; i < m; i++ {
-			f16Strided(xd[i*nb:], x8[i*x8Row:], 34, nb)
+		// The activation scales widened once for the 2×4 kernel, the
+		// weight scales per tile.
+		sc := gemmScratchPool.Get().(*gemmScratch)
+		defer gemmScratchPool.Put(sc)
+		m4 := m &^ 3
+		qf = q8QuadFloats(nb)
+		xd = floats(&sc.xd, m4/4*qf)
+		for i := 0; i < m4; i += 4 {
+			q8ScalesQuad(xd[i/4*qf:(i/4+1)*qf], x8[i*x8Row:], x8Row, nb, q8ScalesPairs())
 		}
+		wd = floats(&sc.wd, 4*nb)
+		xa, xs = q8PrepActs(&sc.b, x8, x8Row, m4, nb)
 	}
 	var r8 [8]float32
 	tile := make([]byte, 4*x8Row)
@@ -69,6 +79,9 @@ func gemmLegacy(typ quant.Type, w []byte, wRow, n, k int, xq []byte, xRow, m int
 		}
 		i := 0
 		if xd != nil && rows == 4 {
+			for row := 0; row < 4; row++ {
+				f16Strided(wd[row*nb:], tile[row*x8Row:], 34, nb)
+			}
 			for ; i+4 <= m; i += 4 {
 				var mt [4][4]float32 // Σ m·s per activation row and weight row
 				if withMin {
@@ -77,10 +90,10 @@ func gemmLegacy(typ quant.Type, w []byte, wRow, n, k int, xq []byte, xRow, m int
 					}
 				}
 				for r0 := 0; r0 < 4; r0 += 2 {
-					dotQ8_0x2x4(tile[r0*x8Row:], x8Row, x8[i*x8Row:], x8Row, xd[i*nb:], nb, &r8)
+					dotQ8_0x2x4Scaled(tile[r0*x8Row:], x8Row, wd[r0*nb:], 1, xa[i*xs:], xs, xd[i/4*qf:], 1, nb, r8[:], 2)
 					for a := 0; a < 4; a++ {
-						out[(i+a)*ldOut+j0+r0] = r8[a] + mt[a][r0]
-						out[(i+a)*ldOut+j0+r0+1] = r8[4+a] + mt[a][r0+1]
+						out[(i+a)*ldOut+j0+r0] = r8[2*a] + mt[a][r0]
+						out[(i+a)*ldOut+j0+r0+1] = r8[2*a+1] + mt[a][r0+1]
 					}
 				}
 			}

@@ -377,3 +377,171 @@ func TestGEMMFloat(t *testing.T) {
 		}
 	}
 }
+
+// dotQ8_0x2x4 runs dotQ8_0x2x4Scaled with the activation scales given row
+// by row (xd[act·nb+b]) and the weight scales widened from the blocks.
+func dotQ8_0x2x4(w []byte, stride int, x []byte, xstride int, xd []float32, nb int, r *[8]float32) {
+	wd := make([]float32, 2*nb)
+	for row := 0; row < 2; row++ {
+		f16StridedGeneric(wd[row*nb:], w[row*stride:], 34, nb)
+	}
+	xq := make([]float32, q8QuadFloats(nb))
+	for a := 0; a < 4; a++ {
+		for b := 0; b < nb; b++ {
+			if q8ScalesPairs() {
+				xq[8*(b/2)+2*a+b%2] = xd[a*nb+b]
+			} else {
+				xq[4*b+a] = xd[a*nb+b]
+			}
+		}
+	}
+	var buf []byte
+	xa, xs := q8PrepActs(&buf, x, xstride, 4, nb)
+	var o [8]float32
+	dotQ8_0x2x4Scaled(w, stride, wd, 1, xa, xs, xq, 1, nb, o[:], 2)
+	for a := 0; a < 4; a++ {
+		r[a], r[4+a] = o[2*a], o[2*a+1]
+	}
+}
+
+// TestQuantizeActivationsExact checks that QuantizeActivations writes the
+// bits of quant.QuantizeActivations for q8_0 and q8_K (their fast paths),
+// block by block: random values over a wide range of magnitudes, an
+// all-zero block, exact ties of the rounding (the largest magnitude 127:
+// the codes are the values, halves round to even), a largest magnitude
+// held by both signs (q8_K takes the first), scales that are fp16
+// subnormals or overflow, blocks whose largest magnitude is so small that
+// 127 over it overflows, and blocks with a NaN or an infinity.
+func TestQuantizeActivationsExact(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 5))
+	for _, typ := range []quant.Type{quant.Q8_0, quant.Q4_K} {
+		f, _ := quant.FormatOf(typ)
+		vf, _ := quant.FormatOf(f.VecDotType)
+		bs := vf.BlockElems
+		const nb = 40
+		x := make([]float32, bs*nb)
+		for b := 0; b < nb; b++ {
+			blk := x[bs*b : bs*b+bs]
+			scale := math.Pow(10, float64(b%16)*4-30) // 1e-30 .. 1e30
+			for i := range blk {
+				blk[i] = float32(rng.NormFloat64() * scale)
+			}
+			switch b {
+			case 3:
+				clear(blk)
+			case 4, 5:
+				// Largest magnitude 127 (q8_K: -127 first): the codes
+				// are the values; x.5 ties.
+				for i := range blk {
+					blk[i] = float32(int(rng.Uint32()%254)-127) + 0.5
+				}
+				blk[0], blk[7] = -127, 127
+			case 6:
+				blk[9] = float32(math.NaN())
+			case 7:
+				blk[0] = float32(math.Inf(-1))
+			case 8:
+				blk[bs-1] = float32(math.Inf(1))
+			case 9:
+				blk[5] = 3e38
+			case 10:
+				for i := range blk {
+					blk[i] = float32(rng.NormFloat64()) * 1e-7 // scale below fp16's normal range
+				}
+			case 11:
+				blk[3], blk[20] = -5e3, 5e3
+			case 12:
+				blk[3], blk[20] = 5e3, -5e3
+			case 13, 14:
+				// Largest magnitude below 127/MaxFloat32 (~3.7e-37):
+				// 127/amax overflows; b = 14 is fp32-subnormal.
+				clear(blk)
+				blk[2], blk[11] = 1e-38, -3e-39
+				if b == 14 {
+					blk[2] = 2e-42
+				}
+			}
+		}
+		for _, m := range []int{1, 2} {
+			k := len(x) / m
+			n, _ := ActivationRowBytes(typ, k)
+			got := make([]byte, m*n)
+			if err := QuantizeActivations(typ, x, m, k, got); err != nil {
+				t.Fatal(err)
+			}
+			want := make([]byte, m*n)
+			for i := 0; i < m; i++ {
+				if err := quant.QuantizeActivations(f.VecDotType, want[i*n:(i+1)*n], x[i*k:(i+1)*k]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i := range got {
+				if got[i] != want[i] {
+					t.Fatalf("%v m=%d: byte %d (block %d): %#x, want %#x", f.VecDotType, m, i, i/vf.BlockBytes, got[i], want[i])
+				}
+			}
+		}
+	}
+}
+
+// TestF16Strided checks the strided fp16 widening (eight at a time in
+// assembly, the rest one by one) against its generic twin on every count
+// up to 40, with fp16 values of every kind (subnormals, infinities, NaNs).
+func TestF16Strided(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 9))
+	const stride = 34
+	src := make([]byte, 40*stride)
+	for i := range src {
+		src[i] = byte(rng.Uint32())
+	}
+	for n := 0; n <= 40; n++ {
+		got := make([]float32, n+1)
+		want := make([]float32, n+1)
+		got[n], want[n] = -1, -1
+		f16Strided(got, src[:max(n*stride, 1)], stride, n)
+		f16StridedGeneric(want, src, stride, n)
+		for i := range got {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("n=%d: [%d] = %#x, want %#x", n, i, math.Float32bits(got[i]), math.Float32bits(want[i]))
+			}
+		}
+	}
+}
+
+// TestGEMMBlockingSameBits checks that the cache blocking of the q8_0 and
+// packed K drivers changes no bits: one call over all rows against calls
+// on 4-row slices of the weights and activation slices cut at multiples
+// of 4 (the last holding the m mod 4 rows), which block differently but
+// run the same kernel per output.
+func TestGEMMBlockingSameBits(t *testing.T) {
+	for _, typ := range []quant.Type{quant.Q8_0, quant.Q4_K, quant.Q6_K} {
+		const n, m = 138, 135
+		k := 512
+		if typ == quant.Q8_0 {
+			k = 800
+		}
+		w, x, _, _ := operands(t, typ, n, m, k, 31)
+		wRow, _ := quant.RowBytes(typ, k)
+		xRow, _ := ActivationRowBytes(typ, k)
+		whole := make([]float32, m*n)
+		if err := GEMM(typ, w, n, k, x, m, whole, n); err != nil {
+			t.Fatal(err)
+		}
+		split := make([]float32, m*n)
+		cuts := []int{0, 4, 72, 132, m}
+		for j0 := 0; j0 < n; j0 += 4 {
+			j1 := min(n, j0+4)
+			for c := 0; c+1 < len(cuts); c++ {
+				i0, i1 := cuts[c], cuts[c+1]
+				if err := GEMM(typ, w[j0*wRow:], j1-j0, k, x[i0*xRow:], i1-i0, split[i0*n+j0:], n); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		for i := range whole {
+			if math.Float32bits(whole[i]) != math.Float32bits(split[i]) {
+				t.Fatalf("%v: out[%d,%d] = %g in one call, %g split", typ, i/n, i%n, whole[i], split[i])
+			}
+		}
+	}
+}

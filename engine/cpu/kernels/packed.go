@@ -128,46 +128,87 @@ type pkKernels struct {
 	x4x1 func(w *byte, stride int, recs *byte, nb int, x *byte, acc *float32)
 }
 
-// gemmPacked is the packed-weight GEMM over tiles of four weight rows.
+// gemmPacked is the packed-weight GEMM over tiles of four weight rows,
+// cache-blocked as gemmQ8_0 (gemmWeightBlock weight rows, their scale
+// records decoded once, against gemmActPanel activation rows at a time).
 func gemmPacked(typ quant.Type, kern *pkKernels, w []byte, wRow, n, k int, xq []byte, xRow, m int, out []float32, ldOut int) {
 	nb := k / 256
 	bb := wRow / nb
-	recs := make([]byte, 4*nb*pkRec)
+	tileRecs := 4 * nb * pkRec
+	sc := gemmScratchPool.Get().(*gemmScratch)
+	defer gemmScratchPool.Put(sc)
+	recs := bytesOf(&sc.b, gemmWeightBlock/4*tileRecs)
 	var pad []byte
-	var acc [64]float32
-	for j0 := 0; j0 < n; j0 += 4 {
-		rows := min(4, n-j0)
-		wt := w[j0*wRow:]
-		if rows < 4 {
-			// A partial tile: the kernels read four rows.
-			if pad == nil {
-				pad = make([]byte, 4*wRow)
+	var acc [64]float32 // the kernels add to it: zero between calls
+	m4 := m &^ 3
+	wb := gemmWeightBlock
+	if m4 == 0 {
+		wb = 4 // no panels to share the records: decode each tile just before its use
+	}
+	for jb := 0; jb < n; jb += wb {
+		je := min(n, jb+wb)
+		for j0 := jb; j0 < je; j0 += 4 {
+			rows := min(4, n-j0)
+			wt := w[j0*wRow:]
+			if rows < 4 {
+				pad = padTile(pad, w[j0*wRow:(j0+rows)*wRow], wRow)
+				wt = pad
 			}
-			clear(pad)
-			copy(pad, w[j0*wRow:(j0+rows)*wRow])
-			wt = pad
+			decodePkRecs(typ, recs[(j0-jb)/4*tileRecs:], wt, rows, wRow, nb, bb)
 		}
-		decodePkRecs(typ, recs, wt, rows, wRow, nb, bb)
-		i := 0
-		for ; i+4 <= m; i += 4 {
-			for r0 := 0; r0 < rows; r0 += 2 {
-				clear(acc[:])
-				pkDot2x4(typ, kern, wt[r0*wRow:], wRow, recs[r0*nb*pkRec:], nb, bb, xq[i*xRow:], xRow, &acc)
-				for r := r0; r < min(r0+2, rows); r++ {
-					for a := 0; a < 4; a++ {
-						out[(i+a)*ldOut+j0+r] = hsum8(acc[8*(4*(r-r0)+a):])
+		for ib := 0; ib < m4; ib += gemmActPanel {
+			ie := min(m4, ib+gemmActPanel)
+			for j0 := jb; j0 < je; j0 += 4 {
+				rows := min(4, n-j0)
+				wt := w[j0*wRow:]
+				if rows < 4 {
+					wt = pad
+				}
+				rt := recs[(j0-jb)/4*tileRecs:]
+				for i := ib; i < ie; i += 4 {
+					for r0 := 0; r0 < rows; r0 += 2 {
+						pkDot2x4(typ, kern, wt[r0*wRow:], wRow, rt[r0*nb*pkRec:], nb, bb, xq[i*xRow:], xRow, &acc)
+						if r0+2 <= rows && flush2x4(&acc, out[i*ldOut+j0+r0:], ldOut) {
+							continue
+						}
+						for r := r0; r < min(r0+2, rows); r++ {
+							for a := 0; a < 4; a++ {
+								out[(i+a)*ldOut+j0+r] = hsum8(acc[8*(4*(r-r0)+a):])
+							}
+						}
+						clear(acc[:])
 					}
 				}
 			}
 		}
-		for ; i < m; i++ {
-			clear(acc[:32])
-			pkDot4x1(typ, kern, wt, wRow, recs, nb, bb, xq[i*xRow:], &acc)
-			for r := 0; r < rows; r++ {
-				out[i*ldOut+j0+r] = hsum8(acc[8*r:])
+		for j0 := jb; j0 < je; j0 += 4 {
+			rows := min(4, n-j0)
+			wt := w[j0*wRow:]
+			if rows < 4 {
+				wt = pad
+			}
+			rt := recs[(j0-jb)/4*tileRecs:]
+			for i := m4; i < m; i++ {
+				pkDot4x1(typ, kern, wt, wRow, rt, nb, bb, xq[i*xRow:], &acc)
+				for r := 0; r < rows; r++ {
+					out[i*ldOut+j0+r] = hsum8(acc[8*r:])
+				}
+				clear(acc[:32])
 			}
 		}
 	}
+}
+
+// padTile returns the rows of a partial tile (fewer than four rows of wRow
+// bytes) in a zeroed four-row buffer, reusing pad's storage.
+func padTile(pad, rows []byte, wRow int) []byte {
+	if cap(pad) < 4*wRow {
+		pad = make([]byte, 4*wRow)
+	}
+	pad = pad[:4*wRow]
+	clear(pad)
+	copy(pad, rows)
+	return pad
 }
 
 // hsum8 adds 8 partial sums pairwise.

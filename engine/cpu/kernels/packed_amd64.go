@@ -57,6 +57,20 @@ func packedKernels(typ quant.Type) *pkKernels {
 }
 
 //go:noescape
+func pkFlush2x4(acc *float32, out *float32, ldo int)
+
+// flush2x4 writes the eight results of a pkDot2x4 call (reduced as hsum8
+// does) to out[a·ldOut+r] and zeroes acc, reporting false when it cannot.
+func flush2x4(acc *[64]float32, out []float32, ldOut int) bool {
+	if !fast {
+		return false
+	}
+	_ = out[3*ldOut+1]
+	pkFlush2x4(&acc[0], &out[0], ldOut)
+	return true
+}
+
+//go:noescape
 func pkRecQ45AVX2(blk *byte, nb int, rec *byte, bb int)
 
 //go:noescape

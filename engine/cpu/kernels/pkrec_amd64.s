@@ -166,3 +166,52 @@ q3:
 	JNZ q3
 	VZEROUPPER
 	RET
+
+// PKHSUM reduces the 8 partial sums at off(SI) to x (X0-X7) as hsum8 does:
+// ((a0+a4)+(a2+a6))+((a1+a5)+(a3+a7)).
+#define PKHSUM(off, y, x) \
+	VMOVUPS off(SI), y \
+	VEXTRACTF128 $1, y, X9 \
+	VADDPS X9, x, x \
+	VMOVHLPS x, X9, X9 \
+	VADDPS X9, x, x \
+	VMOVSHDUP x, X9 \
+	VADDSS X9, x, x
+
+// func pkFlush2x4(acc *float32, out *float32, ldo int)
+// Writes the results of a two-row × four-activation packed kernel call
+// (8 partial sums per pair at acc[8·(4r+a):]) to out[a·ldo+r], each
+// reduced as hsum8 does, and zeroes the 64 partial sums.
+TEXT ·pkFlush2x4(SB), NOSPLIT, $0-24
+	MOVQ acc+0(FP), SI
+	MOVQ out+8(FP), DI
+	MOVQ ldo+16(FP), AX
+	SHLQ $2, AX
+	PKHSUM(0, Y0, X0)
+	PKHSUM(32, Y1, X1)
+	PKHSUM(64, Y2, X2)
+	PKHSUM(96, Y3, X3)
+	PKHSUM(128, Y4, X4)
+	PKHSUM(160, Y5, X5)
+	PKHSUM(192, Y6, X6)
+	PKHSUM(224, Y7, X7)
+	VUNPCKLPS X4, X0, X0
+	VMOVQ X0, (DI)
+	VUNPCKLPS X5, X1, X1
+	VMOVQ X1, (DI)(AX*1)
+	VUNPCKLPS X6, X2, X2
+	VMOVQ X2, (DI)(AX*2)
+	ADDQ AX, DI
+	VUNPCKLPS X7, X3, X3
+	VMOVQ X3, (DI)(AX*2)
+	VXORPS Y8, Y8, Y8
+	VMOVUPS Y8, 0(SI)
+	VMOVUPS Y8, 32(SI)
+	VMOVUPS Y8, 64(SI)
+	VMOVUPS Y8, 96(SI)
+	VMOVUPS Y8, 128(SI)
+	VMOVUPS Y8, 160(SI)
+	VMOVUPS Y8, 192(SI)
+	VMOVUPS Y8, 224(SI)
+	VZEROUPPER
+	RET

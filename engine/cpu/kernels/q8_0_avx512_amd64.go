@@ -10,4 +10,7 @@ package kernels
 func dotQ8_0x4AVX512(w *byte, stride int, x *byte, nb int, r *[4]float32)
 
 //go:noescape
-func dotQ8_0x2x4AVX512(w *byte, stride int, x *byte, xstride int, xd *float32, nb int, r *[8]float32)
+func dotQ8_0x2x4AVX512(w *byte, stride int, wd *float32, x *byte, xstride int, xd *float32, nb, np, nq int, out *float32, ldo int)
+
+//go:noescape
+func q8ActsAVX512(dst *byte, src *byte, xstride int, nb, rows int)

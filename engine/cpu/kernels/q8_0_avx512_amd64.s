@@ -83,59 +83,156 @@ GLOBL q8halves<>(SB), RODATA|NOPTR, $64
 	VMOVSHDUP x, X13 \
 	VADDSS X13, x, x
 
-// XS2 loads two activation blocks at reg (codes + 128 in Z14) with their
-// float32 scales at xs (spread over the halves in Z15).
-#define XS2(reg, xs) \
-	VMOVDQU 2(reg), Y14 \
-	VINSERTI64X4 $1, 36(reg), Z14, Z14 \
-	VPXORD Z31, Z14, Z14 \
-	VMOVQ (xs), X15 \
-	VPERMPS Z15, Z30, Z15
+// The 2×4 kernel reads the activations prepared by q8ActsAVX512: each
+// row's codes + 128 without the scales, 64 bytes per two blocks, and the
+// block scales as float32, eight per two blocks and four rows
+// (q8ScalesQuad with pairs: 2·act + block). Per two blocks the scale
+// products of a weight row with the four activation rows are formed with
+// one VMULPS (eight floats), and each pair's [s_b ×8 | s_b+1 ×8] is taken
+// from them with one VPERMPS (index in Z24-Z27).
 
-// XS1 loads the last (odd) activation block: the high half's codes are
-// 0 + 128, against zero weights.
-#define XS1(reg, xs) \
-	VMOVDQU 2(reg), Y14 \
-	VPXORD Z31, Z14, Z14 \
-	VBROADCASTSS (xs), Z15
+// Lane indices for VPERMPS: activation row a's scales of the two blocks,
+// lanes 0-7 ← 2a, lanes 8-15 ← 2a+1.
+DATA q8sel<>+0(SB)/8, $0
+DATA q8sel<>+8(SB)/8, $0
+DATA q8sel<>+16(SB)/8, $0
+DATA q8sel<>+24(SB)/8, $0
+DATA q8sel<>+32(SB)/8, $0x0000000100000001
+DATA q8sel<>+40(SB)/8, $0x0000000100000001
+DATA q8sel<>+48(SB)/8, $0x0000000100000001
+DATA q8sel<>+56(SB)/8, $0x0000000100000001
+DATA q8sel<>+64(SB)/8, $0x0000000200000002
+DATA q8sel<>+72(SB)/8, $0x0000000200000002
+DATA q8sel<>+80(SB)/8, $0x0000000200000002
+DATA q8sel<>+88(SB)/8, $0x0000000200000002
+DATA q8sel<>+96(SB)/8, $0x0000000300000003
+DATA q8sel<>+104(SB)/8, $0x0000000300000003
+DATA q8sel<>+112(SB)/8, $0x0000000300000003
+DATA q8sel<>+120(SB)/8, $0x0000000300000003
+DATA q8sel<>+128(SB)/8, $0x0000000400000004
+DATA q8sel<>+136(SB)/8, $0x0000000400000004
+DATA q8sel<>+144(SB)/8, $0x0000000400000004
+DATA q8sel<>+152(SB)/8, $0x0000000400000004
+DATA q8sel<>+160(SB)/8, $0x0000000500000005
+DATA q8sel<>+168(SB)/8, $0x0000000500000005
+DATA q8sel<>+176(SB)/8, $0x0000000500000005
+DATA q8sel<>+184(SB)/8, $0x0000000500000005
+DATA q8sel<>+192(SB)/8, $0x0000000600000006
+DATA q8sel<>+200(SB)/8, $0x0000000600000006
+DATA q8sel<>+208(SB)/8, $0x0000000600000006
+DATA q8sel<>+216(SB)/8, $0x0000000600000006
+DATA q8sel<>+224(SB)/8, $0x0000000700000007
+DATA q8sel<>+232(SB)/8, $0x0000000700000007
+DATA q8sel<>+240(SB)/8, $0x0000000700000007
+DATA q8sel<>+248(SB)/8, $0x0000000700000007
+GLOBL q8sel<>(SB), RODATA|NOPTR, $256
 
-// STEP2x4 runs one step (W: W2 or W1, X: XS2 or XS1) of the 2×4 kernel.
-#define STEP2x4(W, X) \
-	W(SI, Y8, Z8, Z10, X12, Z12) \
-	W(R8, Y9, Z9, Z11, X13, Z13) \
-	X(DI, R12) \
-	PAIR(Z8, Z10, Z12, Z14, Z15, Z16, Z17, Z0) \
-	PAIR(Z9, Z11, Z13, Z14, Z15, Z18, Z19, Z4) \
-	X(R9, R13) \
-	PAIR(Z8, Z10, Z12, Z14, Z15, Z20, Z21, Z1) \
-	PAIR(Z9, Z11, Z13, Z14, Z15, Z22, Z23, Z5) \
-	X(R10, R14) \
-	PAIR(Z8, Z10, Z12, Z14, Z15, Z16, Z17, Z2) \
-	PAIR(Z9, Z11, Z13, Z14, Z15, Z18, Z19, Z6) \
-	X(R11, BX) \
-	PAIR(Z8, Z10, Z12, Z14, Z15, Z20, Z21, Z3) \
-	PAIR(Z9, Z11, Z13, Z14, Z15, Z22, Z23, Z7)
+// WT2 loads two blocks of the weight row at CX(reg): codes in zw, lane
+// corrections in zn. WT1 loads the last (odd) block (high half zero).
+#define WT2(reg, yw, zw, zn) \
+	VMOVDQU 2(reg)(CX*1), yw \
+	VINSERTI64X4 $1, 36(reg)(CX*1), zw, zw \
+	WCORR(zw, zn)
 
-// func dotQ8_0x2x4AVX512(w *byte, stride int, x *byte, xstride int, xd *float32, nb int, r *[8]float32)
-// Two q8_0 weight rows (stride bytes apart) against four q8_0 activation
-// rows (xstride bytes apart) whose block scales are given as float32 in xd
-// (nb per row): r[4·row+act]. nb >= 1.
-TEXT ·dotQ8_0x2x4AVX512(SB), NOSPLIT, $0-56
+#define WT1(reg, yw, zw, zn) \
+	VMOVDQU 2(reg)(CX*1), yw \
+	WCORR(zw, zn)
+
+// SC2 forms the scale products of the two weight rows with the four
+// activation rows for two blocks: Y12 (row 0) and Y13 (row 1), lane
+// 2·act + block. SC1 does so for the last (odd) block (its weight scale in
+// both lanes of a pair; the activation side's second lanes are zero).
+#define SC2 \
+	VMOVUPS (R12), Y15 \
+	VBROADCASTSD (AX), Y12 \
+	VBROADCASTSD (AX)(DX*1), Y13 \
+	VMULPS Y15, Y12, Y12 \
+	VMULPS Y15, Y13, Y13
+
+#define SC1 \
+	VMOVUPS (R12), Y15 \
+	VBROADCASTSS (AX), Y12 \
+	VBROADCASTSS (AX)(DX*1), Y13 \
+	VMULPS Y15, Y12, Y12 \
+	VMULPS Y15, Y13, Y13
+
+// PAIRT accumulates weight blocks (zw, zn) times activation blocks (codes
+// + 128 in Z14) with the pair's scales (selected by idx from s) into acc.
+#define PAIRT(zw, zn, s, idx, zt, za, acc) \
+	VPERMPS s, idx, zt \
+	VMOVDQA64 zn, za \
+	VPDPBUSD zw, Z14, za \
+	VCVTDQ2PS za, za \
+	VFMADD231PS zt, za, acc
+
+// STEP2x4 runs one step (W: WT2 or WT1, load: VMOVDQU64 Z or VMOVDQU Y)
+// of the 2×4 kernel; activation rows at R13 offset from DI, R9-R11.
+#define STEP2x4(W, SC, XL, xz) \
+	W(SI, Y8, Z8, Z10) \
+	W(R8, Y9, Z9, Z11) \
+	SC \
+	XL (DI)(R13*1), xz \
+	PAIRT(Z8, Z10, Z12, Z24, Z16, Z17, Z0) \
+	PAIRT(Z9, Z11, Z13, Z24, Z18, Z19, Z4) \
+	XL (R9)(R13*1), xz \
+	PAIRT(Z8, Z10, Z12, Z25, Z20, Z21, Z1) \
+	PAIRT(Z9, Z11, Z13, Z25, Z22, Z23, Z5) \
+	XL (R10)(R13*1), xz \
+	PAIRT(Z8, Z10, Z12, Z26, Z16, Z17, Z2) \
+	PAIRT(Z9, Z11, Z13, Z26, Z18, Z19, Z6) \
+	XL (R11)(R13*1), xz \
+	PAIRT(Z8, Z10, Z12, Z27, Z20, Z21, Z3) \
+	PAIRT(Z9, Z11, Z13, Z27, Z22, Z23, Z7)
+
+// func dotQ8_0x2x4AVX512(w *byte, stride int, wd *float32, x *byte, xstride int, xd *float32, nb, np, nq int, out *float32, ldo int)
+// np pairs of q8_0 weight rows (stride bytes apart, block scales as
+// float32 in wd, nb per row) against nq quads of activation rows as
+// q8ActsAVX512 writes them (xstride bytes apart) with their scales in xd
+// (q8ScalesQuad with pairs, q8QuadFloats(nb) per quad): quad q, pair p
+// write out[(4·q+act)·ldo+2·p+row]. nb, np, nq >= 1.
+// Locals: 0 x of the quad, 8 xd of the quad, 16 quads left, 24 pair, 32
+// out of the quad.
+TEXT ·dotQ8_0x2x4AVX512(SB), NOSPLIT, $40-88
+	MOVQ x+24(FP), AX
+	MOVQ AX, 0(SP)
+	MOVQ xd+40(FP), AX
+	MOVQ AX, 8(SP)
+	MOVQ nq+64(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ out+72(FP), AX
+	MOVQ AX, 32(SP)
+	CONSTS
+	VMOVDQU32 q8sel<>+0(SB), Z24
+	VMOVDQU32 q8sel<>+64(SB), Z25
+	VMOVDQU32 q8sel<>+128(SB), Z26
+	VMOVDQU32 q8sel<>+192(SB), Z27
+
+quad2x4:
+	MOVQ $0, 24(SP)
+
+pair2x4:
+	MOVQ 24(SP), BX
 	MOVQ w+0(FP), SI
 	MOVQ stride+8(FP), AX
+	IMULQ BX, AX
+	LEAQ (SI)(AX*2), SI
+	MOVQ stride+8(FP), AX
 	LEAQ (SI)(AX*1), R8
-	MOVQ x+16(FP), DI
-	MOVQ xstride+24(FP), AX
-	LEAQ (DI)(AX*1), R9
-	LEAQ (R9)(AX*1), R10
-	LEAQ (R10)(AX*1), R11
-	MOVQ xd+32(FP), R12
-	MOVQ nb+40(FP), CX
-	LEAQ (R12)(CX*4), R13
-	LEAQ (R13)(CX*4), R14
-	LEAQ (R14)(CX*4), BX
-	MOVQ CX, DX
-	CONSTS
+	MOVQ nb+48(FP), DX
+	SHLQ $2, DX
+	MOVQ DX, AX
+	IMULQ BX, AX
+	SHLQ $1, AX
+	ADDQ wd+16(FP), AX
+	MOVQ 0(SP), DI
+	MOVQ xstride+32(FP), BX
+	LEAQ (DI)(BX*1), R9
+	LEAQ (R9)(BX*1), R10
+	LEAQ (R10)(BX*1), R11
+	MOVQ 8(SP), R12
+	XORQ CX, CX
+	XORQ R13, R13
+	MOVQ nb+48(FP), BX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -144,31 +241,25 @@ TEXT ·dotQ8_0x2x4AVX512(SB), NOSPLIT, $0-56
 	VPXORD Z5, Z5, Z5
 	VPXORD Z6, Z6, Z6
 	VPXORD Z7, Z7, Z7
-	SHRQ $1, CX
+	SHRQ $1, BX
 	JZ tail2x4
 
 loop2x4:
-	STEP2x4(W2, XS2)
-	ADDQ $68, SI
-	ADDQ $68, R8
-	ADDQ $68, DI
-	ADDQ $68, R9
-	ADDQ $68, R10
-	ADDQ $68, R11
-	ADDQ $8, R12
-	ADDQ $8, R13
-	ADDQ $8, R14
-	ADDQ $8, BX
-	DECQ CX
+	STEP2x4(WT2, SC2, VMOVDQU64, Z14)
+	ADDQ $68, CX
+	ADDQ $64, R13
+	ADDQ $32, R12
+	ADDQ $8, AX
+	DECQ BX
 	JNZ loop2x4
 
 tail2x4:
-	TESTQ $1, DX
+	TESTQ $4, DX
 	JZ done2x4
-	STEP2x4(W1, XS1)
+	STEP2x4(WT1, SC1, VMOVDQU, Y14)
 
 done2x4:
-	MOVQ r+48(FP), DX
+	MOVQ 32(SP), DX
 	HSUMZ(Z0, Y0, X0)
 	HSUMZ(Z1, Y1, X1)
 	HSUMZ(Z2, Y2, X2)
@@ -177,14 +268,73 @@ done2x4:
 	HSUMZ(Z5, Y5, X5)
 	HSUMZ(Z6, Y6, X6)
 	HSUMZ(Z7, Y7, X7)
-	VMOVSS X0, 0(DX)
-	VMOVSS X1, 4(DX)
-	VMOVSS X2, 8(DX)
-	VMOVSS X3, 12(DX)
-	VMOVSS X4, 16(DX)
-	VMOVSS X5, 20(DX)
-	VMOVSS X6, 24(DX)
-	VMOVSS X7, 28(DX)
+	MOVQ 24(SP), BX
+	LEAQ (DX)(BX*8), DX
+	MOVQ ldo+80(FP), AX
+	SHLQ $2, AX
+	VUNPCKLPS X4, X0, X0
+	VMOVQ X0, (DX)
+	VUNPCKLPS X5, X1, X1
+	VMOVQ X1, (DX)(AX*1)
+	VUNPCKLPS X6, X2, X2
+	VMOVQ X2, (DX)(AX*2)
+	ADDQ AX, DX
+	VUNPCKLPS X7, X3, X3
+	VMOVQ X3, (DX)(AX*2)
+	INCQ BX
+	MOVQ BX, 24(SP)
+	CMPQ BX, np+56(FP)
+	JLT pair2x4
+
+	MOVQ ldo+80(FP), AX
+	SHLQ $4, AX
+	ADDQ AX, 32(SP)
+	MOVQ xstride+32(FP), AX
+	SHLQ $2, AX
+	ADDQ AX, 0(SP)
+	MOVQ nb+48(FP), AX
+	INCQ AX
+	SHRQ $1, AX
+	SHLQ $5, AX
+	ADDQ AX, 8(SP)
+	DECQ 16(SP)
+	JNZ quad2x4
+	VZEROUPPER
+	RET
+
+// func q8ActsAVX512(dst *byte, src *byte, xstride int, nb, rows int)
+// Writes rows q8_0 rows of nb blocks (xstride bytes apart) as the 2×4
+// kernel reads them: each block's 32 codes + 128 (XOR 0x80), row after
+// row, 64·ceil(nb/2) bytes per row (an odd row's last 32 bytes unwritten).
+TEXT ·q8ActsAVX512(SB), NOSPLIT, $0-40
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ rows+32(FP), DX
+	MOVL $0x80, AX
+	VPBROADCASTB AX, Y1
+
+actrow:
+	MOVQ nb+24(FP), CX
+	MOVQ SI, R8
+	MOVQ DI, R9
+
+actblk:
+	VMOVDQU 2(R8), Y0
+	VPXOR Y1, Y0, Y0
+	VMOVDQU Y0, (R9)
+	ADDQ $34, R8
+	ADDQ $32, R9
+	DECQ CX
+	JNZ actblk
+
+	ADDQ xstride+16(FP), SI
+	MOVQ nb+24(FP), CX
+	INCQ CX
+	SHRQ $1, CX
+	SHLQ $6, CX
+	ADDQ CX, DI
+	DECQ DX
+	JNZ actrow
 	VZEROUPPER
 	RET
 
