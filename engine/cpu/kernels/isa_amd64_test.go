@@ -12,35 +12,6 @@ import (
 	"github.com/clefrt/clef/quant"
 )
 
-// forEachISA runs f with every kernel level forced in turn (as
-// CLEF_CPU_ISA would), skipping, and saying so, the levels this CPU lacks.
-func forEachISA(t *testing.T, f func(t *testing.T)) {
-	saved := level
-	defer setISA(saved)
-	for l := isaGeneric; l <= isaAVX512; l++ {
-		t.Run(l.String(), func(t *testing.T) {
-			if l > cpuLevel {
-				t.Skipf("this CPU runs at most %s: the %s kernels (%s) are not covered here", cpuLevel, l, isaNeeds[l])
-			}
-			setISA(l)
-			defer setISA(saved)
-			if Accelerated() != l.String() {
-				t.Fatalf("Accelerated() = %q at level %s", Accelerated(), l)
-			}
-			f(t)
-		})
-	}
-}
-
-// TestGEMMEachISA runs the shared GEMM table and the fast-versus-generic
-// checks at every kernel level this CPU runs.
-func TestGEMMEachISA(t *testing.T) {
-	forEachISA(t, func(t *testing.T) {
-		gemmTable(t)
-		TestFastMatchesGeneric(t)
-	})
-}
-
 // q8Blocks returns nb random q8_0 blocks per row for rows rows: every
 // code value occurs (-128 only if min128); row 1 is all code -128 (-127
 // without min128) and row 2 all +127 or -127 in runs (the extremes of both
