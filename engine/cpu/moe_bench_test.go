@@ -1,12 +1,9 @@
-//go:build unix
-
 package cpu
 
 import (
 	"math"
 	"math/rand/v2"
 	"strconv"
-	"syscall"
 	"testing"
 
 	"github.com/clefrt/clef/engine/backend"
@@ -74,7 +71,7 @@ func BenchmarkMoE(b *testing.B) {
 	for _, L := range []int{128, 512} {
 		m := newMoEBench(b, be, L)
 		b.Run("L="+strconv.Itoa(L), func(b *testing.B) {
-			c0 := procCPUSeconds()
+			c0 := cpuTime()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				out, err := be.MoE(m.x, m.ids, m.ws, m.experts)
@@ -85,16 +82,7 @@ func BenchmarkMoE(b *testing.B) {
 			}
 			b.StopTimer()
 			b.ReportMetric(float64(L*b.N)/b.Elapsed().Seconds(), "tok/s")
-			b.ReportMetric((procCPUSeconds()-c0)/float64(b.N)*1e3, "cpu-ms/op")
+			b.ReportMetric((cpuTime()-c0).Seconds()/float64(b.N)*1e3, "cpu-ms/op")
 		})
 	}
-}
-
-// procCPUSeconds is the user+system CPU time of the process so far.
-func procCPUSeconds() float64 {
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
-		return 0
-	}
-	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
 }
