@@ -2,7 +2,7 @@
 
 #include "textflag.h"
 
-// attnC holds the constants of the attention kernels, eight copies each
+// attnC holds the constants of the attention kernels and siluMulAVX2, eight copies each
 // (one ymm): at 0 log2(e); 32 and 64 the two parts of ln 2 (expf's
 // 0.693359375 and 2.12194440e-4); 96..256 the polynomial p0..p5 of expf;
 // 288 one; 320 the underflow bound -87.3; 352 the exponent bias 127
@@ -671,5 +671,62 @@ pv2keys:
 	ADDQ    $64, DX
 	DECQ    CX
 	JNZ     pv2cols
+	VZEROUPPER
+	RET
+
+// siluMulAVX2 (the MoE's SiLU times up, silu_amd64.go) is here to share
+// attnC's expf constants.
+
+// func siluMulAVX2(gate, up *float32, n8 int)
+// gate[i] = gate[i] / (1 + e^-gate[i]) · up[i] for i < 8·n8, eight at a time. e^x
+// (x = -g) is expf's: n = x·log2 e rounded to nearest, r = x - n·ln 2 (two
+// parts), e^r by the polynomial, 2^n put into the exponent, and 0 where
+// x < -87.3. The caller keeps g >= -80 (not NaN), so 2^n stays normal.
+TEXT ·siluMulAVX2(SB), NOSPLIT, $0-24
+	MOVQ    gate+0(FP), DI
+	MOVQ    up+8(FP), SI
+	MOVQ    n8+16(FP), CX
+	VMOVUPS attnC<>+0(SB), Y15
+	VMOVUPS attnC<>+32(SB), Y14
+	VMOVUPS attnC<>+64(SB), Y13
+	VMOVUPS attnC<>+288(SB), Y6
+	VMOVUPS attnC<>+320(SB), Y5
+	VMOVUPS attnC<>+352(SB), Y4
+	TESTQ   CX, CX
+	JZ      done
+
+loop:
+	VMOVUPS      (DI), Y0
+	VXORPS       Y1, Y1, Y1
+	VSUBPS       Y0, Y1, Y1
+	VCMPPS       $5, Y5, Y1, Y3
+	VMULPS       Y15, Y1, Y2
+	VROUNDPS     $0, Y2, Y2
+	VFNMADD231PS Y14, Y2, Y1
+	VFMADD231PS  Y13, Y2, Y1
+	VMOVUPS      attnC<>+96(SB), Y7
+	VFMADD213PS  attnC<>+128(SB), Y1, Y7
+	VFMADD213PS  attnC<>+160(SB), Y1, Y7
+	VFMADD213PS  attnC<>+192(SB), Y1, Y7
+	VFMADD213PS  attnC<>+224(SB), Y1, Y7
+	VFMADD213PS  attnC<>+256(SB), Y1, Y7
+	VMULPS       Y1, Y1, Y8
+	VFMADD213PS  Y1, Y8, Y7
+	VADDPS       Y6, Y7, Y7
+	VCVTPS2DQ    Y2, Y9
+	VPADDD       Y4, Y9, Y9
+	VPSLLD       $23, Y9, Y9
+	VMULPS       Y9, Y7, Y7
+	VANDPS       Y3, Y7, Y7
+	VADDPS       Y6, Y7, Y7
+	VDIVPS       Y7, Y0, Y0
+	VMULPS       (SI), Y0, Y0
+	VMOVUPS      Y0, (DI)
+	ADDQ         $32, DI
+	ADDQ         $32, SI
+	DECQ         CX
+	JNZ          loop
+
+done:
 	VZEROUPPER
 	RET

@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"math"
 	"math/rand/v2"
-	"strings"
 	"testing"
 
 	"github.com/clefrt/clef/quant"
@@ -117,37 +116,4 @@ func TestQ8_0KernelsExtremeCodes(t *testing.T) {
 			}
 		}
 	})
-}
-
-// TestChooseISA checks the CLEF_CPU_ISA choice: a level up to the CPU's
-// is taken, one above it or an unknown name is refused with an error that
-// names both, and the CPU's level is kept.
-func TestChooseISA(t *testing.T) {
-	for _, c := range []struct {
-		env     string
-		have    isaLevel
-		want    isaLevel
-		errPart string
-	}{
-		{"", isaAVX512, isaAVX512, ""},
-		{"", isaAVX2, isaAVX2, ""},
-		{"generic", isaAVX512, isaGeneric, ""},
-		{" AVX2 ", isaAVX512, isaAVX2, ""},
-		{"avx512", isaAVX512, isaAVX512, ""},
-		{"avx2", isaAVX2, isaAVX2, ""},
-		{"avx512", isaAVX2, isaAVX2, "refused: this CPU runs at most avx2 (avx512 needs"},
-		{"avx2", isaGeneric, isaGeneric, "refused: this CPU runs at most generic"},
-		{"sse4", isaAVX2, isaAVX2, `"sse4" is not one of generic, avx2, avx512; using avx2`},
-	} {
-		got, err := chooseISA(c.env, c.have)
-		if got != c.want {
-			t.Errorf("chooseISA(%q, %s) = %s, want %s", c.env, c.have, got, c.want)
-		}
-		switch {
-		case c.errPart == "" && err != nil:
-			t.Errorf("chooseISA(%q, %s): unexpected error %v", c.env, c.have, err)
-		case c.errPart != "" && (err == nil || !strings.Contains(err.Error(), c.errPart)):
-			t.Errorf("chooseISA(%q, %s): error %v, want one containing %q", c.env, c.have, err, c.errPart)
-		}
-	}
 }

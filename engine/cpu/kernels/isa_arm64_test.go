@@ -32,39 +32,6 @@ func TestExpectedISA(t *testing.T) {
 	}
 }
 
-// TestChooseISA checks the CLEF_CPU_ISA choice: a level up to the CPU's
-// is taken, one above it or an unknown name is refused with an error that
-// names both, and the CPU's level is kept.
-func TestChooseISA(t *testing.T) {
-	for _, c := range []struct {
-		env     string
-		have    isaLevel
-		want    isaLevel
-		errPart string
-	}{
-		{"", isaI8MM, isaI8MM, ""},
-		{"", isaNEON, isaNEON, ""},
-		{"generic", isaI8MM, isaGeneric, ""},
-		{" NEON ", isaI8MM, isaNEON, ""},
-		{"i8mm", isaI8MM, isaI8MM, ""},
-		{"neon", isaNEON, isaNEON, ""},
-		{"i8mm", isaNEON, isaNEON, "refused: this CPU runs at most neon (i8mm needs"},
-		{"neon", isaGeneric, isaGeneric, "refused: this CPU runs at most generic"},
-		{"sve", isaNEON, isaNEON, `"sve" is not one of generic, neon, i8mm; using neon`},
-	} {
-		got, err := chooseISA(c.env, c.have)
-		if got != c.want {
-			t.Errorf("chooseISA(%q, %s) = %s, want %s", c.env, c.have, got, c.want)
-		}
-		switch {
-		case c.errPart == "" && err != nil:
-			t.Errorf("chooseISA(%q, %s): unexpected error %v", c.env, c.have, err)
-		case c.errPart != "" && (err == nil || !strings.Contains(err.Error(), c.errPart)):
-			t.Errorf("chooseISA(%q, %s): error %v, want one containing %q", c.env, c.have, err, c.errPart)
-		}
-	}
-}
-
 // i8mmQ8Blocks returns rows rows of nb random q8_0 blocks (every code
 // value, -128 included) and a garbage guard band: row 1 is all code -128,
 // row 2 all ±127 in runs of four (the extremes of SMMLA's signed

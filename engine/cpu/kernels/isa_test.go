@@ -2,7 +2,10 @@
 
 package kernels
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // forEachISA runs f with every kernel level forced in turn (as
 // CLEF_CPU_ISA would), skipping, and saying so, the levels this CPU lacks.
@@ -31,4 +34,42 @@ func TestGEMMEachISA(t *testing.T) {
 		gemmTable(t)
 		TestFastMatchesGeneric(t)
 	})
+}
+
+// TestChooseISA checks the CLEF_CPU_ISA choice on this architecture's
+// levels (generic, mid, top): a level up to the CPU's is taken (names in any
+// case, spaces trimmed), one above it or an unknown name is refused with an
+// error that names both, and the CPU's level is kept.
+func TestChooseISA(t *testing.T) {
+	if len(isaNames) != 3 {
+		t.Fatalf("the cases below expect three levels, there are %d", len(isaNames))
+	}
+	mid, top := isaLevel(1), isaLevel(2)
+	for _, c := range []struct {
+		env     string
+		have    isaLevel
+		want    isaLevel
+		errPart string
+	}{
+		{"", top, top, ""},
+		{"", mid, mid, ""},
+		{"generic", top, isaGeneric, ""},
+		{" " + strings.ToUpper(mid.String()) + " ", top, mid, ""},
+		{top.String(), top, top, ""},
+		{mid.String(), mid, mid, ""},
+		{top.String(), mid, mid, "refused: this CPU runs at most " + mid.String() + " (" + top.String() + " needs"},
+		{mid.String(), isaGeneric, isaGeneric, "refused: this CPU runs at most generic"},
+		{"bogus", mid, mid, `"bogus" is not one of generic, ` + mid.String() + ", " + top.String() + "; using " + mid.String()},
+	} {
+		got, err := chooseISA(c.env, c.have)
+		if got != c.want {
+			t.Errorf("chooseISA(%q, %s) = %s, want %s", c.env, c.have, got, c.want)
+		}
+		switch {
+		case c.errPart == "" && err != nil:
+			t.Errorf("chooseISA(%q, %s): unexpected error %v", c.env, c.have, err)
+		case c.errPart != "" && (err == nil || !strings.Contains(err.Error(), c.errPart)):
+			t.Errorf("chooseISA(%q, %s): error %v, want one containing %q", c.env, c.have, err, c.errPart)
+		}
+	}
 }

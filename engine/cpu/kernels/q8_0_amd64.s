@@ -1,6 +1,7 @@
 //go:build !purego
 
 #include "textflag.h"
+#include "q8_0_amd64.h"
 
 // Constant: sixteen int16 ones for VPMADDWD.
 DATA ones16<>+0(SB)/8, $0x0001000100010001
@@ -254,36 +255,7 @@ loop2x4:
 	HSUM13(Y5, X5)
 	HSUM13(Y6, X6)
 	HSUM13(Y7, X7)
-	LEAQ (DX)(BX*8), DX
-	MOVQ ldo+80(FP), AX
-	SHLQ $2, AX
-	VUNPCKLPS X4, X0, X0
-	VMOVQ X0, (DX)
-	VUNPCKLPS X5, X1, X1
-	VMOVQ X1, (DX)(AX*1)
-	VUNPCKLPS X6, X2, X2
-	VMOVQ X2, (DX)(AX*2)
-	ADDQ AX, DX
-	VUNPCKLPS X7, X3, X3
-	VMOVQ X3, (DX)(AX*2)
-	INCQ BX
-	MOVQ BX, 24(SP)
-	CMPQ BX, np+56(FP)
-	JLT pair2x4
-
-	MOVQ ldo+80(FP), AX
-	SHLQ $4, AX
-	ADDQ AX, 32(SP)
-	MOVQ xstride+32(FP), AX
-	SHLQ $2, AX
-	ADDQ AX, 0(SP)
-	MOVQ nb+48(FP), AX
-	INCQ AX
-	SHRQ $1, AX
-	SHLQ $5, AX
-	ADDQ AX, 8(SP)
-	DECQ 16(SP)
-	JNZ quad2x4
+	Q8STORE2X4
 	VZEROUPPER
 	RET
 
