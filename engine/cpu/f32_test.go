@@ -4,8 +4,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
-
-	"github.com/clefrt/clef/engine/backend"
 )
 
 // guarded returns a slice of n random values inside a buffer whose guard
@@ -120,30 +118,5 @@ func BenchmarkGEMMTileF32(b *testing.B) {
 	b.SetBytes(int64(2 * m * k * nt)) // "bytes" = flops, so MB/s reads as MFLOP/s
 	for i := 0; i < b.N; i++ {
 		gemmTile(out, x, w, m, k, nt, 0, nt)
-	}
-}
-
-// BenchmarkAttention runs one layer's attention at the real thinker shape
-// (32 query / 4 kv heads of 128) over 512 tokens, one worker.
-func BenchmarkAttention(b *testing.B) {
-	const L, nh, nkv, d = 512, 32, 4, 128
-	be := New(backend.Options{Threads: 1})
-	rng := rand.New(rand.NewPCG(1, 2))
-	mk := func(n, c int) *backend.Tensor {
-		v := make([]float32, n*c)
-		for i := range v {
-			v[i] = float32(rng.NormFloat64())
-		}
-		t, _ := be.Upload(v, n, c)
-		return t
-	}
-	q, k, v := mk(L, nh*d), mk(L, nkv*d), mk(L, nkv*d)
-	b.SetBytes(int64(L) * int64(L) * nh * d * 2) // ≈ causal flops of QKᵀ and PV
-	for i := 0; i < b.N; i++ {
-		out, err := be.Attention(q, k, v, backend.AttentionOptions{Heads: nh, KVHeads: nkv, Scale: 0.088, Causal: true})
-		if err != nil {
-			b.Fatal(err)
-		}
-		be.Free(out)
 	}
 }

@@ -3,7 +3,6 @@
 package kernels
 
 import (
-	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -32,36 +31,6 @@ func TestExpectedISA(t *testing.T) {
 	}
 }
 
-// i8mmQ8Blocks returns rows rows of nb random q8_0 blocks (every code
-// value, -128 included) and a garbage guard band: row 1 is all code -128,
-// row 2 all ±127 in runs of four (the extremes of SMMLA's signed
-// products), scales random of both signs.
-func i8mmQ8Blocks(rng *rand.Rand, rows, nb int) []byte {
-	b := make([]byte, rows*34*nb+64)
-	for i := range b {
-		b[i] = byte(rng.Uint32())
-	}
-	for r := 0; r < rows; r++ {
-		for blk := 0; blk < nb; blk++ {
-			o := (r*nb + blk) * 34
-			for j := 2; j < 34; j++ {
-				switch r {
-				case 1:
-					b[o+j] = 0x80
-				case 2:
-					b[o+j] = 127
-					if (j/4+blk)%2 == 0 {
-						b[o+j] = 0x81
-					}
-				}
-			}
-			v := float32(rng.Float64()*0.01+0.001) * float32(1-2*int(rng.Uint32()&1))
-			binary.LittleEndian.PutUint16(b[o:], quant.Float32ToFloat16(v))
-		}
-	}
-	return b
-}
-
 // TestQ8_0x2x4I8MM drives the SMMLA q8_0 kernel through q8_0TilesI8MM
 // (and below level i8mm the generic twin) directly: two pairs of weight
 // rows × two quads of activation rows with every code value, -128 against
@@ -75,8 +44,8 @@ func TestQ8_0x2x4I8MM(t *testing.T) {
 		const np, nq = 2, 2
 		for _, nb := range []int{1, 2, 3, 4, 5, 9, 64} {
 			row := 34 * nb
-			w := i8mmQ8Blocks(rng, 2*np, nb)
-			x := i8mmQ8Blocks(rng, 4*nq, nb)
+			w := q8Blocks(rng, 2*np, nb, true)
+			x := q8Blocks(rng, 4*nq, nb, true)
 			qf := 4*nb + 4
 			xd := make([]float32, nq*qf)
 			wd := make([]float32, 2*np*nb+3)

@@ -3,8 +3,12 @@
 package kernels
 
 import (
+	"encoding/binary"
+	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"github.com/clefrt/clef/quant"
 )
 
 // forEachISA runs f with every kernel level forced in turn (as
@@ -72,4 +76,41 @@ func TestChooseISA(t *testing.T) {
 			t.Errorf("chooseISA(%q, %s): error %v, want one containing %q", c.env, c.have, err, c.errPart)
 		}
 	}
+}
+
+// q8Blocks returns nb random q8_0 blocks per row for rows rows: every
+// code value occurs (-128 only if min128); row 1 is all code -128 (-127
+// without min128) and row 2 all +127 or -127 in runs (the extremes of both
+// operands), scales random of both signs.
+func q8Blocks(rng *rand.Rand, rows, nb int, min128 bool) []byte {
+	b := make([]byte, rows*34*nb+64)
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	for r := 0; r < rows; r++ {
+		for blk := 0; blk < nb; blk++ {
+			o := (r*nb + blk) * 34
+			for j := 2; j < 34; j++ {
+				switch r {
+				case 1:
+					b[o+j] = 0x80
+				case 2:
+					b[o+j] = 127
+					if (j/4+blk)%2 == 0 {
+						b[o+j] = 0x81 // -127
+					}
+				}
+			}
+			if !min128 {
+				for j := 2; j < 34; j++ {
+					if b[o+j] == 0x80 {
+						b[o+j] = 0x81
+					}
+				}
+			}
+			v := float32(rng.Float64()*0.01+0.001) * float32(1-2*int(rng.Uint32()&1))
+			binary.LittleEndian.PutUint16(b[o:], quant.Float32ToFloat16(v))
+		}
+	}
+	return b
 }
