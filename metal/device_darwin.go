@@ -684,7 +684,7 @@ func (g *metalGPU) buildPipeline(kernel string, consts []fconst) (*mtlPipeline, 
 	defer release(name)
 	var fn objc.ID
 	if len(consts) == 0 {
-		fn = g.library.Send(selNewFunctionWithName, name)
+		fn = g.libraryFor(kernel).Send(selNewFunctionWithName, name)
 		if fn == 0 {
 			return nil, fmt.Errorf("metal: kernel %s: no such function in the library", kernel)
 		}
@@ -700,7 +700,7 @@ func (g *metalGPU) buildPipeline(kernel string, consts []fconst) (*mtlPipeline, 
 			}
 		}
 		var nserr objc.ID
-		fn = g.library.Send(selNewFunctionWithNameConsts, name, vals, unsafe.Pointer(&nserr))
+		fn = g.libraryFor(kernel).Send(selNewFunctionWithNameConsts, name, vals, unsafe.Pointer(&nserr))
 		release(vals)
 		if fn == 0 {
 			return nil, fmt.Errorf("metal: kernel %s: specialising it failed:\n%s", what, nsError(nserr))

@@ -31,10 +31,12 @@
 //   - pipelines.go: every pipeline the ops can launch, prepared at open (a
 //     compile failure fails the open, with the compiler's log).
 //   - rows.go: backend.RowChunker (row views, Concat on the device), so the
-//     model runs in row chunks and the prefix cache works on Metal.
+//     model runs in row chunks and the prefix cache works on Metal, and
+//     backend.ChunkSizer: 2048-row chunks (ChunkRows: the MoE tiles' fill
+//     against activation memory).
 //   - matmul.go (matmul.metal): MatMul (mat-vec or simdgroup-matrix tiles),
 //     Embed (get_rows_*), GatherBlend (gather_blend_*).
-//   - moe.go (moe.metal, mul_mm_id_*): Route and MoE: token lists built on
+//   - moe.go (moe.metal: moe_tiles, moe_gu_*, moe_down_*): Route and MoE: token lists built on
 //     the device, one gathered launch per projection for a contiguous stack,
 //     one launch per expert for a parted one.
 //   - attention.go, norm.go, rope.go (its tables uploaded once and cached),

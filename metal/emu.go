@@ -3,6 +3,7 @@
 package metal
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -167,7 +168,13 @@ func newEmuGPU() (*emuGPU, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &emuGPU{kernels: ks, maxBuffer: 1 << 36, live: map[*emuBuf]bool{}, prepared: map[string]bool{}}, nil
+	return newEmuGPUWith(ks), nil
+}
+
+// newEmuGPUWith opens an emulated device whose library is ks (kernel name
+// to harness).
+func newEmuGPUWith(ks map[string]*mslemu.Harness) *emuGPU {
+	return &emuGPU{kernels: ks, maxBuffer: 1 << 36, live: map[*emuBuf]bool{}, prepared: map[string]bool{}}
 }
 
 // NewEmulated returns the backend on the emulated GPU. The first call in a
@@ -406,7 +413,10 @@ func (g *emuGPU) Close() error {
 }
 
 // run executes d now. A buffer bound twice at the same offset is passed
-// once and aliased, as Metal would see one MTLBuffer.
+// once and aliased, as Metal would see one MTLBuffer; bound at different
+// offsets, each binding is its own region in the harness, and afterwards
+// writeBack applies to the buffer the bytes the kernel changed through
+// each, so the buffer behaves as one memory.
 func (g *emuGPU) run(d *dispatch) error {
 	h := g.kernels[d.Kernel]
 	grid := d.Grid
@@ -439,9 +449,8 @@ func (g *emuGPU) run(d *dispatch) error {
 		b   *emuBuf
 		off int
 	}
-	first := map[key]int{}    // buffer -> kernel index it was first bound at
-	var bound [][]byte        // job.Buffers[i+1]'s memory
-	written := map[int]bool{} // positions in job.Buffers to copy back
+	first := map[key]int{}  // (buffer, offset) -> its position in regions
+	var regions []emuRegion // job.Buffers[i+1]'s memory
 	for _, a := range d.Bufs {
 		eb := a.Buf.(*emuBuf)
 		if !g.live[eb] {
@@ -452,31 +461,136 @@ func (g *emuGPU) run(d *dispatch) error {
 			return fmt.Errorf("%s: buffer %d: %w", d.Kernel, a.Index, err)
 		}
 		k := key{eb, a.Off}
-		idx, seen := first[k]
+		r, seen := first[k]
 		if !seen {
-			first[k] = a.Index
+			r = len(regions)
+			first[k] = r
 			job.Buffers = append(job.Buffers, mslemu.Buffer{Index: a.Index, Data: mem})
-			bound = append(bound, mem)
-			idx = a.Index
+			regions = append(regions, emuRegion{buf: eb, start: a.Off - eb.lead, mem: mem, index: a.Index})
 		} else {
-			job.Alias[a.Index] = idx
+			job.Alias[a.Index] = regions[r].index
 		}
-		if a.Out {
-			for i := 1; i < len(job.Buffers); i++ {
-				if job.Buffers[i].Index == idx {
-					written[i] = true
-				}
-			}
-		}
+		regions[r].out = regions[r].out || a.Out
 	}
 	res, err := h.Run(job)
 	if err != nil {
 		return err
 	}
-	for i := range written {
-		copy(bound[i-1], res[i])
+	if len(res) != len(job.Buffers) {
+		return fmt.Errorf("%s: the harness returned %d buffers for %d bound", d.Kernel, len(res), len(job.Buffers))
+	}
+	for i := range regions {
+		regions[i].after = res[i+1]
+	}
+	return writeBack(d.Kernel, regions)
+}
+
+// emuRegion is one buffer region passed to the harness: the bytes of buf
+// from data index start to its end, bound at kernel index index (and any
+// index aliased to it), out if the launch marks it as written.
+type emuRegion struct {
+	buf   *emuBuf
+	start int
+	mem   []byte // buf.data[start:], as sent
+	after []byte // the region as the harness returned it
+	index int
+	out   bool
+}
+
+// writeBack applies to the buffers the bytes the kernel changed in regions.
+// Only changed bytes are written, so that a region that overlaps another
+// of the same buffer (a buffer bound at two offsets: each region runs to
+// the buffer's end) does not put back, over the other's stores, the bytes
+// it was sent: the buffer behaves as the one memory a GPU has. Two regions
+// that store different values to one byte are a data race (on a GPU the
+// result would depend on timing) and fail the launch; so does a store
+// through a binding the launch does not mark as written.
+func writeBack(kernel string, regions []emuRegion) error {
+	var changed []*emuRegion
+	for i := range regions {
+		r := &regions[i]
+		if len(r.after) != len(r.mem) {
+			return fmt.Errorf("%s: buffer %d came back with %d bytes, sent %d", kernel, r.index, len(r.after), len(r.mem))
+		}
+		if bytes.Equal(r.after, r.mem) {
+			continue
+		}
+		if !r.out {
+			p := firstDiff(r.mem, r.after)
+			return fmt.Errorf("%s: the kernel stored through buffer %d (at byte %d of the binding), which the launch has not marked as written",
+				kernel, r.index, p)
+		}
+		changed = append(changed, r)
+	}
+	// Most launches change one region per buffer: it is copied whole (its
+	// unchanged bytes equal the buffer's). Several changed regions of one
+	// buffer are merged byte by byte against a copy of what was sent.
+	for i, r := range changed {
+		if r == nil {
+			continue
+		}
+		group := []*emuRegion{r}
+		for j := i + 1; j < len(changed); j++ {
+			if changed[j] != nil && changed[j].buf == r.buf {
+				group = append(group, changed[j])
+				changed[j] = nil
+			}
+		}
+		if len(group) == 1 {
+			copy(r.mem, r.after)
+			continue
+		}
+		if err := mergeRegions(kernel, group); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// mergeRegions writes into their buffer the bytes each of group (regions of
+// one buffer, in binding order) changed, and reports two that changed one
+// byte to different values.
+func mergeRegions(kernel string, group []*emuRegion) error {
+	if len(group) > 255 {
+		return fmt.Errorf("%s: one buffer bound at %d offsets (at most 255 emulated)", kernel, len(group))
+	}
+	b := group[0].buf
+	lo := group[0].start
+	for _, r := range group {
+		lo = min(lo, r.start)
+	}
+	// Every region runs to the end of the buffer's bytes.
+	sent := bytes.Clone(b.data[lo:])
+	owner := make([]uint8, len(sent)) // 1 + the position in group of the region that stored the byte
+	for gi, r := range group {
+		base := r.start - lo
+		for p, v := range r.after {
+			q := base + p
+			if v == sent[q] {
+				continue
+			}
+			switch o := owner[q]; {
+			case o == 0:
+				owner[q] = uint8(gi + 1)
+				b.data[lo+q] = v
+			case b.data[lo+q] != v:
+				other := group[o-1]
+				return fmt.Errorf("%s: buffers %d and %d, one buffer bound at two offsets, stored different values to its byte %d (a data race)",
+					kernel, other.index, r.index, lo+q+b.lead)
+			}
+		}
+	}
+	return nil
+}
+
+// firstDiff returns the first index where a and b (of one length) differ.
+func firstDiff(a, b []byte) int {
+	for i := range a {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return len(a)
 }
 
 // EmulatedForTest returns the backend on the emulated GPU for a test, closed

@@ -116,6 +116,10 @@ func (b *Backend) MatMul(x, w *backend.Tensor) (*backend.Tensor, error) {
 }
 
 func (b *Backend) matmul(xh, wh, y *tensor) error {
+	// The M5 path (tensor.go) when this open takes it.
+	if ok, err := b.tensorMatMul(xh, wh, y); ok || err != nil {
+		return err
+	}
 	suffix, err := kernelSuffix(wh.typ)
 	if err != nil {
 		return err
@@ -128,8 +132,10 @@ func (b *Backend) matmul(xh, wh, y *tensor) error {
 	if sBuf == nil { // an activation as the right-hand side
 		sBuf, sOff, bBuf, bOff = wh.buf, wh.off, wh.buf, wh.off
 	}
-	// Rows of x in chunks of whole 32-row tiles, each under opSeconds (the
-	// q projection of 64k tokens is ~0.4 s on the conservative chip).
+	// Rows of x in chunks of whole 32-row overflow groups of mul_mm's
+	// 64-row tiles (a chunk then gives the bits of the whole launch:
+	// matmul.metal), each under opSeconds (the q projection of 64k tokens
+	// is ~0.4 s on the conservative chip).
 	step := N
 	opLimit := b.opLimit()
 	for step > 32 && matmulCost(M, step, K, wh.rowBytes, wh.sRowBytes).seconds() > opLimit {
@@ -137,6 +143,12 @@ func (b *Backend) matmul(xh, wh, y *tensor) error {
 	}
 	for n0 := 0; n0 < N; n0 += step {
 		n := min(step, N-n0)
+		// mul_mm_* read x rows whose length is a multiple of 4 as float4:
+		// they must start 16-byte aligned (activations are whole buffers or
+		// row views, so they do).
+		if xoff := xh.off + 4*n0*xh.cols; n > mvMaxTokens && xh.cols%4 == 0 && xoff%16 != 0 {
+			return fmt.Errorf("metal: MatMul: x at byte offset %d is not 16-byte aligned", xoff)
+		}
 		a := shaders.KargsMatmul{M: int32(M), N: int32(n), K: int32(K), XStride: int32(xh.cols), YStride: int32(y.cols),
 			GroupSize: int32(wh.groupSize), RowBytes: uint64(wh.rowBytes), SRowBytes: uint64(wh.sRowBytes), ScaleBF16: b2i(wh.scaleBF16)}
 		bufs := []arg{in(1, wh), {Index: 2, Buf: sBuf, Off: sOff}, {Index: 3, Buf: bBuf, Off: bOff},
@@ -145,10 +157,11 @@ func (b *Backend) matmul(xh, wh, y *tensor) error {
 		if n <= mvMaxTokens {
 			err = b.run(c, "mul_mv_"+suffix, [3]int{groups(M, 4), n, 1}, [3]int{64, 1, 1}, shaders.Bytes(&a), bufs...)
 		} else {
-			// FC_mm_direct: every tile lies inside y, so it is stored without staging.
-			direct := fconst{Index: 0, Bool: true, Value: int(b2i(M%64 == 0 && n%32 == 0))}
+			// 64x64 tiles; FC_mm_direct: every tile lies inside y, so it is
+			// stored without staging.
+			direct := fconst{Index: 0, Bool: true, Value: int(b2i(M%64 == 0 && n%64 == 0))}
 			err = b.launch(&dispatch{Kernel: "mul_mm_" + suffix, Consts: []fconst{direct},
-				Grid: [3]int{groups(n, 32), groups(M, 64), 1}, Group: [3]int{128, 1, 1}, Args: shaders.Bytes(&a), Bufs: bufs}, c)
+				Grid: [3]int{groups(n, 64), groups(M, 64), 1}, Group: [3]int{128, 1, 1}, Args: shaders.Bytes(&a), Bufs: bufs}, c)
 		}
 		if err != nil {
 			return err
@@ -185,4 +198,47 @@ func (b *Backend) GroupMatMul(x, w *backend.Tensor, groups int) (*backend.Tensor
 	c := cost{bytes: 4 * float64(xh.rows*xh.cols+wh.rows*wh.cols+total), flops: 2 * float64(total) * float64(wh.cols)}
 	err = b.run(c, "group_matmul_f32", [3]int{(total + 3) / 4, 1, 1}, [3]int{128, 1, 1}, shaders.Bytes(&a), in(1, xh), in(2, wh), out(3, y))
 	return wrapT(y), err
+}
+
+// tensorStep is the number of rows of x per launch of the tensor path's
+// matmuls: whole tiles of mul_mm_t_*'s 128 tokens (so of mul_mm_t8_*'s 64
+// too), each chunk under the op limit (as matmul does).
+func (b *Backend) tensorStep(M, N, K int, wh *tensor) int {
+	step := N
+	opLimit := b.opLimit()
+	for step > tensorTileTokens && matmulCost(M, step, K, wh.rowBytes, wh.sRowBytes).seconds() > opLimit {
+		step = (step/2 + tensorTileTokens - 1) / tensorTileTokens * tensorTileTokens
+	}
+	return step
+}
+
+// tensorMatMulInt8 computes y = x whᵀ on the int8 tensor path
+// (tensorInt8Types, K a multiple of 256): x quantized once to q8_K rows in a
+// pooled scratch buffer (quantQ8K, moe.go), then kernel (mul_mm_t8_*: 64 x 64
+// tiles) over the rows of x in tensorStep's chunks. Binding
+// (shaders/tensor_q8.metal): 0 kargs_matmul (x_stride in bytes between
+// q8_K rows), 1 W, 2 the q8_K rows, 3 y.
+func (b *Backend) tensorMatMulInt8(kernel string, xh, wh, y *tensor) error {
+	M, N, K := wh.rows, xh.rows, wh.cols
+	xq, err := b.quantQ8K(xh.buf, xh.off, N, K, xh.cols, "the q8_K x of a matmul")
+	if err != nil {
+		return err
+	}
+	defer b.release(xq.buf)
+	qRow := xq.stride
+	step := b.tensorStep(M, N, K, wh)
+	for n0 := 0; n0 < N; n0 += step {
+		n := min(step, N-n0)
+		a := shaders.KargsMatmul{M: int32(M), N: int32(n), K: int32(K), XStride: int32(qRow), YStride: int32(y.cols),
+			RowBytes: uint64(wh.rowBytes)}
+		bufs := []arg{in(1, wh), {Index: 2, Buf: xq.buf, Off: n0 * qRow}, {Index: 3, Buf: y.buf, Off: y.off + 4*n0*y.cols, Out: true}}
+		c := matmulCost(M, n, K, wh.rowBytes, 0)
+		c.bytes += float64(n) * float64(qRow-4*K) // x is read as q8_K rows
+		err := b.launch(&dispatch{Kernel: kernel, Grid: [3]int{groups(n, tensorInt8TileTokens), groups(M, tensorTileRows), 1},
+			Group: [3]int{128, 1, 1}, Args: shaders.Bytes(&a), Bufs: bufs}, c)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }

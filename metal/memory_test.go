@@ -40,7 +40,7 @@ func TestKernelSuffix(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, op := range []string{"mul_mv_", "mul_mm_", "mul_mm_id_", "get_rows_"} {
+		for _, op := range []string{"mul_mv_", "mul_mm_", "moe_gu_", "moe_down_", "get_rows_"} {
 			if !names[op+s] {
 				t.Errorf("%v: no kernel %s%s in shaders/", typ, op, s)
 			}

@@ -83,7 +83,7 @@ func TestPipelines(t *testing.T) {
 	g := openForTest(t)
 	for _, name := range shaders.KernelNames() {
 		var consts []fconst
-		if strings.HasPrefix(name, "mul_mm_") && !strings.HasPrefix(name, "mul_mm_id_") {
+		if strings.HasPrefix(name, "mul_mm_") {
 			consts = []fconst{{Index: 0, Bool: true}}
 		}
 		if err := g.Prepare(name, consts); err != nil {

@@ -22,7 +22,8 @@ const simdWidth = 32
 // (matmul.go, moe.go, attention.go, norm.go, rope.go, eltwise.go).
 func groupThreads(kernel string) int {
 	switch {
-	case strings.HasPrefix(kernel, "mul_mm_"), strings.HasPrefix(kernel, "flash_attn"), kernel == "group_matmul_f32":
+	case strings.HasPrefix(kernel, "mul_mm_"), strings.HasPrefix(kernel, "flash_attn"), kernel == "group_matmul_f32",
+		strings.HasPrefix(kernel, "moe_gu_"), strings.HasPrefix(kernel, "moe_down_"):
 		return 128
 	case strings.HasPrefix(kernel, "get_rows_"), strings.HasPrefix(kernel, "gather_blend_"),
 		strings.HasPrefix(kernel, "mul_mv_"), kernel == "moe_topk_f32":
@@ -52,8 +53,9 @@ func pipeKey(kernel string, consts []fconst) string {
 
 // pipelineSpecs lists every pipeline an op of this backend can launch,
 // mirroring the ops' kernel choices: by weight type for the matmuls, gathers
-// and experts (mul_mm_* in both FC_mm_direct specialisations), the flash
-// attention kernels, and the fixed kernels of the other ops.
+// and experts (mul_mm_* in both FC_mm_direct specialisations; moe_gu_* and
+// moe_down_*), the flash attention kernels, and the fixed kernels of the
+// other ops.
 func pipelineSpecs() []pipelineSpec {
 	var ps []pipelineSpec
 	add := func(k string, cs ...fconst) {
@@ -65,19 +67,25 @@ func pipelineSpecs() []pipelineSpec {
 		add("mul_mv_" + s)
 		add("mul_mm_"+s, fconst{Index: 0, Bool: true, Value: 0})
 		add("mul_mm_"+s, fconst{Index: 0, Bool: true, Value: 1})
-		add("mul_mm_id_" + s)
+		add("moe_gu_" + s)
+		add("moe_down_" + s)
 	}
 	for _, s := range []string{"f32", "f16", "bf16"} {
 		add("gather_blend_" + s)
 	}
+	if attnHalf { // the half-operand attention twins, off (attention.go)
+		for _, d := range []int{32, 64, 72, 128} {
+			add(fmt.Sprintf("flash_attn_mma_half_d%d", d))
+		}
+	}
 	for _, k := range []string{
 		"group_matmul_f32",
-		"flash_attn_f32", "flash_attn_mma_d32", "flash_attn_mma_d64", "flash_attn_mma_d128",
+		"flash_attn_f32", "flash_attn_mma_d32", "flash_attn_mma_d64", "flash_attn_mma_d72", "flash_attn_mma_d128",
 		"rope_f32",
 		"rms_norm_f32", "layer_norm_f32", "softmax_f32", "row_dots_f32",
 		"add_f32", "copy_f32", "add_rows_f32", "im2col_f32", "gelu_f32", "gelu_tanh_f32", "add_bias_f32",
 		"transpose_f32", "pair_features_f32", "span_means_f32", "silu_mul_f32",
-		"moe_topk_f32", "moe_map", "moe_tiles", "moe_grid", "moe_combine_f32",
+		"moe_topk_f32", "moe_map", "moe_tiles", "moe_grid", "moe_combine_f32", "moe_combine_bf16",
 	} {
 		add(k)
 	}
@@ -134,6 +142,7 @@ func (b *Backend) prepare() error {
 		b.pipes = append(b.pipes, r)
 	}
 	if pe.Failed == 0 {
+		b.prepareTensor() // the M5 path (tensor.go): never fails the open
 		return nil
 	}
 	pe.Pipelines = append([]PipelineReport(nil), b.pipes...)

@@ -81,8 +81,9 @@ type tableEntry struct {
 }
 
 // tableBytes bounds the cached tables: the positions of every row chunk of
-// a 64k-token state (128 chunks of 512 rows, 6 KiB each) and the whole
-// state's (768 KiB), with room to spare.
+// a 64k-token state (32 chunks of ChunkRows rows, 24 KiB each; 128 of 512
+// rows, 6 KiB each, on a model told to use 512) and the whole state's
+// (768 KiB), with room to spare.
 const tableBytes = 4 << 20
 
 // tablesPerOp is the most tables one op binds (RoPE: positions,

@@ -26,9 +26,10 @@ func (c *launchCounter) Dispatch(d *dispatch) error {
 }
 
 // TestMoEStacked: a contiguous stack of experts (a GGUF *_exps tensor)
-// takes the one-launch gathered path (moe_tiles + one mul_mm_id per
-// projection), a parted one (experts stored one by one) one launch per
-// expert, and both give the same bits.
+// takes the one-launch gathered path (one moe_tiles table per layer, one
+// moe_gu launch for gate and up with SiLU·up in its epilogue, one moe_down,
+// no silu_mul), a parted one (experts stored one by one) one moe_grid and
+// one launch per expert and kernel, and both give the same bits.
 func TestMoEStacked(t *testing.T) {
 	if !mslemu.Available() {
 		t.Skipf("%s not found: needs the emulated GPU", mslemu.Clang)
@@ -42,7 +43,7 @@ func TestMoEStacked(t *testing.T) {
 	defer func() { b.dev = cnt.gpu }()
 	rng := rand.New(rand.NewSource(7))
 	for _, typ := range []quant.Type{quant.Q4_K, quant.Q8_0} {
-		const L, E, k, hidden, ffn = 60, 4, 3, 256, 256 // ~45 entries per expert: two tiles
+		const L, E, k, hidden, ffn = 100, 4, 3, 256, 256 // ~75 entries per expert: two 64-token tiles
 		rb, err := quant.RowBytes(typ, hidden)
 		if err != nil {
 			t.Fatal(err)
@@ -105,13 +106,15 @@ func TestMoEStacked(t *testing.T) {
 		}
 		clear(cnt.n)
 		one := run(bind(false))
-		if cnt.n["moe_tiles"] != 3 || cnt.n["mul_mm_id_"+kernelName(t, typ)] != 3 || cnt.n["moe_grid"] != 0 {
-			t.Fatalf("%v contiguous experts: launches %v, want one moe_tiles and one mul_mm_id per projection", typ, cnt.n)
+		s := kernelName(t, typ)
+		if cnt.n["moe_tiles"] != 1 || cnt.n["moe_gu_"+s] != 1 || cnt.n["moe_down_"+s] != 1 || cnt.n["moe_grid"] != 0 ||
+			cnt.n["silu_mul_f32"] != 0 {
+			t.Fatalf("%v contiguous experts: launches %v, want one moe_tiles, one moe_gu and one moe_down", typ, cnt.n)
 		}
 		clear(cnt.n)
 		per := run(bind(true))
-		if cnt.n["moe_grid"] != 3 || cnt.n["mul_mm_id_"+kernelName(t, typ)] != 3*E {
-			t.Fatalf("%v parted experts: launches %v, want one mul_mm_id per expert and projection", typ, cnt.n)
+		if cnt.n["moe_grid"] != 1 || cnt.n["moe_gu_"+s] != E || cnt.n["moe_down_"+s] != E || cnt.n["moe_tiles"] != 0 || cnt.n["silu_mul_f32"] != 0 {
+			t.Fatalf("%v parted experts: launches %v, want one moe_grid, one moe_gu and one moe_down per expert", typ, cnt.n)
 		}
 		var nonzero int
 		for i := range one {

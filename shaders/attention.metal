@@ -136,127 +136,178 @@ kernel void flash_attn_f32(constant kargs_attn &args [[buffer(0)]],
 }
 
 // ---- flash attention on simdgroup matrices -------------------------------
-// flash_attn_mma_d{32,64,128}: the same op for head sizes that are multiples
-// of 8, with QKᵀ and PV as 8x8 simdgroup-matrix products. A threadgroup of
-// 128 threads takes 32 queries of one head, 8 per simdgroup; K and V blocks of
-// 16 positions are staged (float) in threadgroup memory. Each simdgroup keeps
-// its Q (scaled) and O as D/8 matrices of 8x8; the rows' running max and sum
-// live in the 4 lanes of each row (lane = 4*row + quarter of the block), and
-// O's rows are rescaled by multiplying with diag(alpha). Grid (ceil(L/32),
-// n_head, 1).
+// flash_attn_mma_d{32,64,72,128} and flash_attn_mma_half_d{32,64,72,128}:
+// the same op for head sizes that are multiples of 8 (the thinker 128, the
+// vision encoder 72, the audio encoder 64, the head 32) with QKᵀ and PV as
+// 8x8 simdgroup-matrix products and float accumulators, on float operands
+// (float in, float out, as exact as the scalar kernel) or on half operands
+// (_half_: Q, K, V and the probabilities rounded to half, NMSE ~1e-7
+// against exact attention: off in the backend). A threadgroup of 128
+// threads takes 32 queries of one head, 8 per simdgroup. Q, pre-scaled by
+// scale·log2(e) so that the softmax is exp2 in the log2 domain, is staged
+// once and then held in simdgroup matrices (registers) for the whole key
+// loop. Keys come in blocks of 32: the K block is staged in threadgroup
+// memory, S = Q Kᵀ (8 queries x 32 keys per simdgroup, 4 fragments) stays
+// in registers, then the V block is staged in the same memory (K and V
+// share one 32-row buffer, rows padded by 16 bytes so that the transposed
+// K loads of neighbouring rows fall in different banks; 16.5 KiB for
+// d = 128 in float) and O += P V with P taken from S in place.
+//
+// Softmax in registers: thread_elements() gives each lane two neighbouring
+// elements of a row of every 8x8 fragment (lane l: row (l/4 & 4) +
+// (l/2 % 4), columns c, c+1 with c = (l/4 & 2)*2 + (l%2)*2, as MLX's
+// steel kernels lay them out), so a lane holds 8 of its row's 32 scores
+// per block and a row lives in lanes l, l^1, l^8, l^9: the block max is two
+// shuffles, the row sum is kept per lane and reduced once at the end. The
+// reference max m is updated lazily: a row keeps it while a block's max
+// stays within FM_SLACK (log2 units) above it, so its probabilities are at
+// most 2^FM_SLACK and neither l nor O is rescaled; only when some row of
+// the simdgroup moves its reference does the simdgroup scale its O
+// fragments, each lane its own elements by its row's alpha (no 8x8
+// product). The first block a row sees sets m without a rescale (O is
+// still zero); after a few blocks the max rarely jumps by 2^FM_SLACK. The
+// result is exact under any choice of m: O and l carry the same factor.
+// Masked keys get p = 0 directly, so fast::exp2 never sees an infinity.
+// Grid (ceil(L/32), n_head, 1).
 #define FM_Q 32
-#define FM_KV 16
-#define FM_DMAX 128
+#define FM_BK 32       // keys per block
+#define FM_SLACK 8.0f  // log2 headroom before a row's reference max moves
 
-template <int D>
+// fm_stage4 stores 4 floats of a row times mul (zeros when !live) in
+// threadgroup memory at dst (aligned to 4 elements), as half or as float.
+static inline void fm_stage4(threadgroup half *dst, device const float *src, bool live, float mul) {
+  half4 val = half4(0.0f);
+  if (live) {
+    val = half4(float4(src[0], src[1], src[2], src[3]) * mul);
+  }
+  *(threadgroup half4 *)dst = val;
+}
+static inline void fm_stage4(threadgroup float *dst, device const float *src, bool live, float mul) {
+  float4 val = float4(0.0f);
+  if (live) {
+    val = float4(src[0], src[1], src[2], src[3]) * mul;
+  }
+  *(threadgroup float4 *)dst = val;
+}
+
+// fm_stage stages rows [0, FM_Q) of src (a block of keys or queries of one
+// head, row stride stride, rows from first on, rows at or past end zero)
+// times mul in skv.
+template <typename T, int D>
+static inline void fm_stage(threadgroup T *skv, device const float *src, ulong stride, int first, int end, float mul,
+                            ushort tiitg) {
+  constexpr int LD = D + 16 / int(sizeof(T));
+  for (int idx = 4 * tiitg; idx < FM_Q * D; idx += 4 * 128) {
+    const int r = idx / D, d = idx % D;
+    fm_stage4(skv + r * LD + d, src + (ulong)(first + r) * stride + d, first + r < end, mul);
+  }
+}
+
+// T is the operand type (half or float), D the head size.
+template <typename T, int D>
 static inline void flash_attn_mma_impl(constant kargs_attn &args, device const float *q, device const float *k,
                                        device const float *v, device float *o, device const int *ranges,
-                                       threadgroup float *skv,
-                                       threadgroup float *ss_all, threadgroup float *sd_all, uint3 tgpig,
-                                       ushort tiitg, ushort tiisg, ushort sgitg) {
-  const int ND = D / 8;
+                                       threadgroup T *skv, uint3 tgpig, ushort tiitg, ushort tiisg, ushort sgitg) {
+  constexpr int ND = D / 8;     // 8-wide column blocks of a head
+  constexpr int NC = FM_BK / 8; // 8-key column blocks of a key block
+  constexpr int LD = D + 16 / int(sizeof(T));
   const int h = tgpig.y;
   const int kvh = h / (args.n_head / args.n_kv);
   const int q0 = tgpig.x * FM_Q;
   const int offset = args.Lk - args.L;
-  threadgroup float *ss = ss_all + sgitg * 8 * FM_KV; // this simdgroup's [8][16] scores
-  threadgroup float *sd = sd_all + sgitg * 64;        // and its diag(alpha)
 
-  // Q, pre-multiplied by the scale, staged through threadgroup memory.
-  for (int idx = tiitg; idx < FM_Q * D; idx += 128) {
-    const int r = idx / D, d = idx % D;
-    skv[r * FM_DMAX + d] = q0 + r < args.L ? q[(ulong)(q0 + r) * args.q_stride + h * D + d] * args.scale : 0.0f;
-  }
+  // Q·scale·log2(e) as T, through threadgroup memory into matrices.
+  fm_stage<T, D>(skv, q + h * D, args.q_stride, q0, args.L, args.scale * M_LOG2E_F, tiitg);
   threadgroup_barrier(mem_flags::mem_threadgroup);
-  simdgroup_float8x8 mq[ND];
+  simdgroup_matrix<T, 8, 8> mq[ND];
   simdgroup_float8x8 mo[ND];
   for (int j = 0; j < ND; j++) {
-    simdgroup_load(mq[j], skv + 8 * sgitg * FM_DMAX + 8 * j, FM_DMAX);
+    simdgroup_load(mq[j], skv + 8 * sgitg * LD + 8 * j, LD);
     mo[j] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
   }
 
-  const int r = tiisg / 4;          // this lane's query row within the simdgroup
-  const int kq = 4 * (tiisg % 4);   // and its 4 keys within a block
-  const int qi = q0 + 8 * sgitg + r;
-  const int qpos = offset + qi;
-  const int2 keys = qi < args.L ? attn_keys(args, ranges, qi, qpos) : int2(0, 0);
-  float m = -INFINITY, l = 0.0f;
+  // This lane's row of every fragment and its first column (see above).
+  const int fr = ((tiisg / 4) & 4) + (tiisg / 2) % 4;
+  const int fc = ((tiisg / 4) & 2) * 2 + (tiisg % 2) * 2;
+  const int qi = q0 + 8 * sgitg + fr;
+  const int2 keys = qi < args.L ? attn_keys(args, ranges, qi, offset + qi) : int2(0, 0);
+  float m = -INFINITY, l = 0.0f; // the row's reference max; this lane's part of its sum
   const int2 span = attn_block_keys(args, ranges, q0, FM_Q); // no block outside the queries' keys is loaded
-  threadgroup float *sk = skv;
-  threadgroup float *sv = skv + FM_KV * FM_DMAX;
-  for (int kb = span.x; kb < span.y; kb += FM_KV) {
+  for (int kb = span.x; kb < span.y; kb += FM_BK) {
+    threadgroup_barrier(mem_flags::mem_threadgroup); // Q's or the last V block's reads are done
+    fm_stage<T, D>(skv, k + kvh * D, args.k_stride, kb, args.Lk, 1.0f, tiitg);
     threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (int idx = tiitg; idx < FM_KV * D; idx += 128) {
-      const int key = idx / D, d = idx % D;
-      const int kp = kb + key;
-      sk[key * FM_DMAX + d] = kp < args.Lk ? k[(ulong)kp * args.k_stride + kvh * D + d] : 0.0f;
-      sv[key * FM_DMAX + d] = kp < args.Lk ? v[(ulong)kp * args.v_stride + kvh * D + d] : 0.0f;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    // S = Q Kᵀ: [8 queries][16 keys] as two 8x8 matrices.
-    for (int c = 0; c < 2; c++) {
-      simdgroup_float8x8 ms = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-      for (int j = 0; j < ND; j++) {
-        simdgroup_float8x8 mk;
-        simdgroup_load(mk, sk + 8 * c * FM_DMAX + 8 * j, FM_DMAX, ulong2(0, 0), true);
-        simdgroup_multiply_accumulate(ms, mq[j], mk, ms);
-      }
-      simdgroup_store(ms, ss + 8 * c, FM_KV);
-    }
-    simdgroup_barrier(mem_flags::mem_threadgroup);
-    // Online softmax over this lane's 4 keys, reduced over the row's 4 lanes.
-    float sc[4];
-    float bmax = -INFINITY;
-    for (int t = 0; t < 4; t++) {
-      const int kp = kb + kq + t;
-      const bool live = kp >= keys.x && kp < keys.y;
-      sc[t] = live ? ss[r * FM_KV + kq + t] : -INFINITY;
-      bmax = max(bmax, sc[t]);
-    }
-    bmax = max(bmax, simd_shuffle_xor(bmax, 1));
-    bmax = max(bmax, simd_shuffle_xor(bmax, 2));
-    const float mnew = max(m, bmax);
-    const float alpha = mnew == -INFINITY ? 1.0f : exp(m - mnew);
-    float psum = 0.0f;
-    for (int t = 0; t < 4; t++) {
-      const float p = mnew == -INFINITY ? 0.0f : exp(sc[t] - mnew);
-      ss[r * FM_KV + kq + t] = p;
-      psum += p;
-    }
-    psum += simd_shuffle_xor(psum, 1);
-    psum += simd_shuffle_xor(psum, 2);
-    l = l * alpha + psum;
-    m = mnew;
-    // diag(alpha): this lane writes elements 2*lane and 2*lane+1, both in its row.
-    for (int e = 2 * tiisg; e < 2 * tiisg + 2; e++) {
-      sd[e] = e % 8 == r ? alpha : 0.0f;
-    }
-    simdgroup_barrier(mem_flags::mem_threadgroup);
-    // O = diag(alpha) O + P V.
-    simdgroup_float8x8 md;
-    simdgroup_load(md, sd, 8);
-    simdgroup_float8x8 mp[2];
-    for (int c = 0; c < 2; c++) {
-      simdgroup_load(mp[c], ss + 8 * c, FM_KV);
+    // S = Q Kᵀ (log2 units): 8 queries x 32 keys in NC fragments.
+    simdgroup_float8x8 ms[NC];
+    for (int c = 0; c < NC; c++) {
+      ms[c] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
     }
     for (int j = 0; j < ND; j++) {
-      simdgroup_multiply(mo[j], md, mo[j]);
-      for (int c = 0; c < 2; c++) {
-        simdgroup_float8x8 mv;
-        simdgroup_load(mv, sv + 8 * c * FM_DMAX + 8 * j, FM_DMAX);
+      for (int c = 0; c < NC; c++) {
+        simdgroup_matrix<T, 8, 8> mk;
+        simdgroup_load(mk, skv + 8 * c * LD + 8 * j, LD, ulong2(0, 0), true);
+        simdgroup_multiply_accumulate(ms[c], mq[j], mk, ms[c]);
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup); // every simdgroup is done with K
+    fm_stage<T, D>(skv, v + kvh * D, args.v_stride, kb, args.Lk, 1.0f, tiitg);
+
+    // Online softmax on this lane's 8 scores, the max reduced over the row's
+    // 4 lanes.
+    float sc[2 * NC];
+    float bmax = -INFINITY;
+    for (int c = 0; c < NC; c++) {
+      const float2 s = ms[c].thread_elements();
+      for (int t = 0; t < 2; t++) {
+        const int kp = kb + 8 * c + fc + t;
+        sc[2 * c + t] = kp >= keys.x && kp < keys.y ? s[t] : -INFINITY;
+        bmax = max(bmax, sc[2 * c + t]);
+      }
+    }
+    bmax = max(bmax, simd_shuffle_xor(bmax, 1));
+    bmax = max(bmax, simd_shuffle_xor(bmax, 8));
+    const bool first = m == -INFINITY;
+    const bool move = !first && bmax > m + FM_SLACK; // implies bmax finite
+    const float alpha = move ? fast::exp2(m - bmax) : 1.0f;
+    if (first || move) {
+      m = bmax; // stays -inf while the row has seen no key
+    }
+    simdgroup_matrix<T, 8, 8> mp[NC];
+    float psum = 0.0f;
+    for (int c = 0; c < NC; c++) {
+      for (int t = 0; t < 2; t++) {
+        // sc finite implies m finite; p <= 2^FM_SLACK.
+        const T p = sc[2 * c + t] == -INFINITY ? T(0.0f) : T(fast::exp2(sc[2 * c + t] - m));
+        mp[c].thread_elements()[t] = p;
+        psum += float(p); // the sum of the very weights PV uses
+      }
+    }
+    l = l * alpha + psum;
+    if (simd_any(move)) {
+      for (int j = 0; j < ND; j++) {
+        mo[j].thread_elements() *= alpha; // this lane's two elements, both in its row
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup); // V is staged
+    // O += P V.
+    for (int j = 0; j < ND; j++) {
+      for (int c = 0; c < NC; c++) {
+        simdgroup_matrix<T, 8, 8> mv;
+        simdgroup_load(mv, skv + 8 * c * LD + 8 * j, LD);
         simdgroup_multiply_accumulate(mo[j], mp[c], mv, mo[j]);
       }
     }
   }
-  threadgroup_barrier(mem_flags::mem_threadgroup);
+  // Each lane writes its own elements of O, its row / l.
+  l += simd_shuffle_xor(l, 1);
+  l += simd_shuffle_xor(l, 8);
+  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+  device float *dst = o + (ulong)qi * args.o_stride + h * D + fc;
   for (int j = 0; j < ND; j++) {
-    simdgroup_store(mo[j], skv + 8 * sgitg * FM_DMAX + 8 * j, FM_DMAX);
-  }
-  simdgroup_barrier(mem_flags::mem_threadgroup);
-  if (qi < args.L) {
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    for (int d = tiisg % 4; d < D; d += 4) {
-      o[(ulong)qi * args.o_stride + h * D + d] = skv[(8 * sgitg + r) * FM_DMAX + d] * inv;
+    const float2 e = mo[j].thread_elements();
+    if (qi < args.L) {
+      dst[8 * j] = e[0] * inv;
+      dst[8 * j + 1] = e[1] * inv;
     }
   }
 }
@@ -267,20 +318,18 @@ static inline void flash_attn_mma_impl(constant kargs_attn &args, device const f
       device const int *ranges [[buffer(5)]], uint3 tgpig [[threadgroup_position_in_grid]],                 \
       ushort tiitg [[thread_index_in_threadgroup]], ushort tiisg [[thread_index_in_simdgroup]],             \
       ushort sgitg [[simdgroup_index_in_threadgroup]]
-#define FM_TG                                                                                           \
-  threadgroup float skv[2 * FM_KV * FM_DMAX];                                                           \
-  threadgroup float ss[4 * 8 * FM_KV];                                                                  \
-  threadgroup float sd[4 * 64]
+// The threadgroup memory of operand type T and head size D: 32 padded rows
+// (Q at the start, then each key block's K and V in turn), declared as
+// float4 for the alignment of the 4-element stores.
+#define FM_BODY(T, D)                                                                                 \
+  threadgroup float4 skv[FM_Q * (D + 16 / sizeof(T)) * sizeof(T) / 16];                               \
+  flash_attn_mma_impl<T, D>(args, q, k, v, o, ranges, (threadgroup T *)skv, tgpig, tiitg, tiisg, sgitg)
 
-kernel void flash_attn_mma_d32(FM_PARAMS) {
-  FM_TG;
-  flash_attn_mma_impl<32>(args, q, k, v, o, ranges, skv, ss, sd, tgpig, tiitg, tiisg, sgitg);
-}
-kernel void flash_attn_mma_d64(FM_PARAMS) {
-  FM_TG;
-  flash_attn_mma_impl<64>(args, q, k, v, o, ranges, skv, ss, sd, tgpig, tiitg, tiisg, sgitg);
-}
-kernel void flash_attn_mma_d128(FM_PARAMS) {
-  FM_TG;
-  flash_attn_mma_impl<128>(args, q, k, v, o, ranges, skv, ss, sd, tgpig, tiitg, tiisg, sgitg);
-}
+kernel void flash_attn_mma_half_d32(FM_PARAMS) { FM_BODY(half, 32); }
+kernel void flash_attn_mma_half_d64(FM_PARAMS) { FM_BODY(half, 64); }
+kernel void flash_attn_mma_half_d72(FM_PARAMS) { FM_BODY(half, 72); }
+kernel void flash_attn_mma_half_d128(FM_PARAMS) { FM_BODY(half, 128); }
+kernel void flash_attn_mma_d32(FM_PARAMS) { FM_BODY(float, 32); }
+kernel void flash_attn_mma_d64(FM_PARAMS) { FM_BODY(float, 64); }
+kernel void flash_attn_mma_d72(FM_PARAMS) { FM_BODY(float, 72); }
+kernel void flash_attn_mma_d128(FM_PARAMS) { FM_BODY(float, 128); }

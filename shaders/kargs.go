@@ -139,10 +139,37 @@ type KargsAttn struct {
 	Ranged  int32
 }
 
+// KargsMoeTiles mirrors kargs_moe_tiles.
+type KargsMoeTiles struct {
+	_        structs.HostLayout
+	NExpert  int32
+	RowsGu   int32
+	RowsDown int32
+	_        int32
+}
+
+// KargsQ8K mirrors kargs_q8k.
+type KargsQ8K struct {
+	_       structs.HostLayout
+	Rows    int32
+	Cols    int32
+	XStride int32
+	YStride int32
+}
+
+// KargsAttnLimbs mirrors kargs_attn_limbs.
+type KargsAttnLimbs struct {
+	_       structs.HostLayout
+	Rows    int32
+	Heads   int32
+	XStride int32
+	KOrder  int32
+}
+
 // Kargs is any of the argument structs.
 type Kargs interface {
 	KargsEltwise | KargsNorm | KargsRope | KargsAddRows | KargsGetRows | KargsGatherBlend | KargsIm2Col | KargsMatmul | KargsMoe |
-		KargsAttn
+		KargsAttn | KargsMoeTiles | KargsQ8K | KargsAttnLimbs
 }
 
 // Bytes returns the in-memory bytes of a, as setBytes sends them (the

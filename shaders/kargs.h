@@ -149,6 +149,36 @@ typedef struct {
   KARGS_INT ranged; // 1: per-query key ranges at buffer(5)
 } kargs_attn;
 
+// The MoE tile table and its indirect grids (moe_tiles, moe_grid): the
+// layer's 64-token tiles over n_expert experts and the row tiles of the two
+// gathered launches that read them (moe_gu_*: ceil(ffn/32), moe_down_*:
+// ceil(hidden/64)).
+typedef struct {
+  KARGS_INT n_expert;
+  KARGS_INT rows_gu;   // row tiles of moe_gu_* (grid x)
+  KARGS_INT rows_down; // row tiles of moe_down_* (grid x)
+  KARGS_INT _pad;
+} kargs_moe_tiles;
+
+// The activation quantizer of the int8 tensor path (quant_q8k_rows): rows of
+// cols floats (cols a multiple of 256) into quant's q8_K blocks, one row of
+// cols/256 blocks per input row.
+typedef struct {
+  KARGS_INT rows;
+  KARGS_INT cols;
+  KARGS_INT x_stride; // floats between input rows
+  KARGS_INT y_stride; // bytes between output rows
+} kargs_q8k;
+
+// The int8 limbs of attention's tensor path (attn_limbs_qk, attn_limbs_v):
+// rows of heads vectors of 128 floats, x_stride floats between rows.
+typedef struct {
+  KARGS_INT rows;     // rows of x (padding rows past them get codes 0)
+  KARGS_INT heads;    // vectors per row
+  KARGS_INT x_stride; // floats between rows of x
+  KARGS_INT k_order;  // attn_limbs_qk: 1 stores a vector's limbs low first (K), 0 high first (Q)
+} kargs_attn_limbs;
+
 #undef KARGS_INT
 #undef KARGS_ULONG
 

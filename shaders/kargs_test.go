@@ -23,6 +23,9 @@ var goKargs = map[string]reflect.Type{
 	"kargs_matmul":       reflect.TypeFor[KargsMatmul](),
 	"kargs_moe":          reflect.TypeFor[KargsMoe](),
 	"kargs_attn":         reflect.TypeFor[KargsAttn](),
+	"kargs_moe_tiles":    reflect.TypeFor[KargsMoeTiles](),
+	"kargs_q8k":          reflect.TypeFor[KargsQ8K](),
+	"kargs_attn_limbs":   reflect.TypeFor[KargsAttnLimbs](),
 }
 
 // TestKargsMirror compiles kargs.h with clang, prints the size of

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/clefrt/clef/internal/mslemu"
+	"github.com/clefrt/clef/quant"
 	"github.com/clefrt/clef/shaders"
 )
 
@@ -260,19 +261,138 @@ func mulMvCase(f fmtInfo) kernelCase {
 	}
 }
 
+// The tiles mul_mm stages a format in (matmul.metal, mm_tiles): W and x in
+// half except for f32 and bf16 weights, with a K step in which some x of a
+// 32-token group is beyond ±65504 taken from x in float for that group.
+func halfW(f fmtInfo) bool { return f.name != "f32" && f.name != "bf16" }
+func halfX(f fmtInfo) bool { return f.name != "f32" && f.name != "bf16" }
+
+// mmHalf is v rounded to the nearest half, as the GPU converts it.
+func mmHalf(v float32) float32 { return quant.Float16ToFloat32(quant.Float32ToFloat16(v)) }
+
+// stagedW returns w with the values the kernel multiplies: its dequantized
+// weights rounded to half where the format's tile is half.
+func stagedW(f fmtInfo, w *weights) *weights {
+	if !halfW(f) {
+		return w
+	}
+	c := *w
+	c.deq = make([]float64, len(w.deq))
+	for i, v := range w.deq {
+		c.deq[i] = float64(mmHalf(float32(v)))
+	}
+	return &c
+}
+
+// stagedX returns the x values the kernel multiplies: each overflow group of
+// tokens (see xGroups) and 32-wide K step rounded to half, unless a value in
+// it is beyond ±65504 (then kept in float).
+func stagedX(f fmtInfo, x []float32, xStride, K int, tiles [][]int) []float32 {
+	out := append([]float32(nil), x...)
+	if !halfX(f) {
+		return out
+	}
+	for _, rows := range tiles {
+		for k0 := 0; k0 < K; k0 += 32 {
+			big := false
+			for _, r := range rows {
+				for k := k0; k < min(k0+32, K); k++ {
+					big = big || math.Abs(float64(x[r*xStride+k])) > 65504
+				}
+			}
+			if big {
+				continue
+			}
+			for _, r := range rows {
+				for k := k0; k < min(k0+32, K); k++ {
+					out[r*xStride+k] = mmHalf(x[r*xStride+k])
+				}
+			}
+		}
+	}
+	return out
+}
+
+// xGroups lists the overflow groups of mul_mm's tokens: 32 in order (each
+// 64-token tile holds two).
+func xGroups(N int) [][]int {
+	var ts [][]int
+	for n0 := 0; n0 < N; n0 += 32 {
+		var t []int
+		for n := n0; n < min(n0+32, N); n++ {
+			t = append(t, n)
+		}
+		ts = append(ts, t)
+	}
+	return ts
+}
+
+// mmShape is one mul_mm case: the matrix, whether the tiles fill y
+// (FC_mm_direct), x's row stride past K (a multiple of 4 takes the float4
+// loads), and x values beyond half's range at (token, k).
+type mmShape struct {
+	M, N, K int
+	direct  bool
+	xPad    int
+	big     [][2]int
+}
+
+// mmShapes are the cases of every format: odd sizes (rows, tokens and, for
+// the float formats, K not tile multiples; x rows not 16-byte aligned), whole
+// tiles (one, and 2 x 2), and K steps whose x overflows half: in the first
+// tile, tokens 3 and 5 (group 0) at step 1 and token 36 (group 1) at step 0,
+// so that each step takes one group in float and the other rounded to half;
+// in the second tile, token 90 at step 6; the last step (k 230) of the
+// first tile both groups (tokens 20 and 40).
+var mmShapes = []mmShape{
+	{70, 37, 256, false, 3, nil},
+	{64, 64, 256, true, 4, nil},
+	{128, 128, 256, true, 0, nil},
+	{70, 100, 256, false, 0, [][2]int{{3, 40}, {5, 63}, {36, 7}, {90, 200}, {20, 230}, {40, 231}}},
+}
+
+// modelShapes are the thinker's projections from hidden 2048 (k/v: 512
+// rows, 33 tokens, for every format of the released checkpoints), and, one
+// format each, the other row counts of the model (768, 2048, 4096, 5120)
+// with token counts that are not tile multiples. They run in one fiber
+// order (the shapes above race-check the same code); their size is bounded
+// by the emulator's speed (about a second per threadgroup at K = 2048).
+var modelShapes = map[string][]mmShape{
+	"":     {{512, 33, 2048, false, 0, nil}},
+	"q4_K": {{4096, 9, 2048, false, 0, nil}, {768, 600, 2048, false, 0, nil}},
+	"mlx4": {{2048, 70, 2048, false, 0, nil}},
+	"q8_0": {{5120, 9, 2048, false, 0, nil}},
+	"f16":  {{768, 65, 2048, false, 0, nil}},
+	"bf16": {{2048, 40, 2048, false, 0, nil}},
+}
+
+func isModelFormat(f fmtInfo) bool {
+	switch f.name {
+	case "q4_K", "q6_K", "q8_0", "mlx4", "mlx8", "bf16", "f16":
+		return true
+	}
+	return false
+}
+
 func mulMmCase(f fmtInfo) kernelCase {
 	return func(t *testing.T, h *mslemu.Harness, rng *rand.Rand) {
-		for _, sh := range []struct {
-			M, N, K int
-			direct  bool
-		}{{70, 37, 256, false}, {64, 64, 256, true}} {
+		shapes := mmShapes
+		if isModelFormat(f) {
+			shapes = append(append(append([]mmShape(nil), mmShapes...), modelShapes[""]...), modelShapes[f.name]...)
+		}
+		for _, sh := range shapes {
 			M, N, K := sh.M, sh.N, sh.K
-			if f.elems == 1 && !sh.direct {
+			if f.elems == 1 && !sh.direct && K == 256 {
 				K = 101 // a row tail inside the last 32-wide step
 			}
 			w := makeWeights(t, rng, f, M, K)
-			xStride, yStride := K+3, M+1
+			xStride, yStride := K+sh.xPad, M+1
 			x := randF32(rng, N*xStride, 1)
+			for i, b := range sh.big {
+				if b[1] < K { // the float formats' short rows keep the first ones
+					x[b[0]*xStride+b[1]] = []float32{1e5, -7e4, 65505}[i%3]
+				}
+			}
 			y := nanF32(N * yStride)
 			args := matmulArgs(w, N, xStride, yStride)
 			name := "mul_mm_" + f.name
@@ -280,13 +400,18 @@ func mulMmCase(f fmtInfo) kernelCase {
 			if sh.direct {
 				fc[0] = 1
 			}
-			out := runJob(t, h, &mslemu.Job{Kernel: name, Grid: [3]int{groups(N, 32), groups(M, 64), 1}, Group: [3]int{128, 1, 1},
+			job := &mslemu.Job{Kernel: name, Grid: [3]int{groups(N, 64), groups(M, 64), 1}, Group: [3]int{128, 1, 1},
 				Consts:  []mslemu.Const{{Index: 0, Value: fc}},
-				Buffers: []mslemu.Buffer{{Index: 0, Data: shaders.Bytes(&args)}, {Index: 1, Data: w.data}, {Index: 2, Data: w.sc}, {Index: 3, Data: w.bi}, {Index: 4, Data: mslemu.F32(x)}, {Index: 5, Data: mslemu.F32(y)}}})
+				Buffers: []mslemu.Buffer{{Index: 0, Data: shaders.Bytes(&args)}, {Index: 1, Data: w.data}, {Index: 2, Data: w.sc}, {Index: 3, Data: w.bi}, {Index: 4, Data: mslemu.F32(x)}, {Index: 5, Data: mslemu.F32(y)}}}
+			if K == 2048 {
+				job.Orders = 1
+			}
+			out := runJob(t, h, job)
 			got := mslemu.ToF32(out[5])
-			want, abs := matmulRef(w, x, xStride, func(n int) int { return n }, N)
+			xs := stagedX(f, x, xStride, K, xGroups(N))
+			want, abs := matmulRef(stagedW(f, w), xs, xStride, func(n int) int { return n }, N)
 			for n := 0; n < N; n++ {
-				checkAbsRef(t, fmt.Sprintf("%s direct=%v token %d", name, sh.direct, n), got[n*yStride:n*yStride+M], want[n*M:(n+1)*M], abs[n*M:(n+1)*M], 2e-6)
+				checkAbsRef(t, fmt.Sprintf("%s %dx%dx%d direct=%v token %d", name, M, N, K, sh.direct, n), got[n*yStride:n*yStride+M], want[n*M:(n+1)*M], abs[n*M:(n+1)*M], 2e-6)
 				if !math.IsNaN(float64(got[n*yStride+M])) {
 					t.Fatalf("%s wrote into the row padding", name)
 				}
@@ -318,77 +443,6 @@ func routing(rng *rand.Rand, T, E, topk int) (ids []int32, counts []int32, lists
 		}
 	}
 	return
-}
-
-func mulMmIDCase(f fmtInfo) kernelCase {
-	return func(t *testing.T, h *mslemu.Harness, rng *rand.Rand) {
-		E, topk, T, M, K := 3, 2, 37, 67, 256
-		for _, perSlot := range []int{0, 1} {
-			var ws []*weights
-			var data, sc, bi []byte
-			for e := 0; e < E; e++ {
-				w := makeWeights(t, rng, f, M, K)
-				if e > 0 && f.name[:3] == "mlx" {
-					w.groupSize, w.sbf = ws[0].groupSize, ws[0].sbf
-					w = regroup(t, rng, f, w, ws[0])
-				}
-				ws = append(ws, w)
-				data = append(data, w.data...)
-				if w.sRow > 0 {
-					sc = append(sc, w.sc...)
-					bi = append(bi, w.bi...)
-				}
-			}
-			if sc == nil {
-				sc, bi = data, data
-			}
-			ids, counts, lists := routing(rng, T, E, topk)
-			xRows := T
-			if perSlot == 1 {
-				xRows = T * topk
-			}
-			xStride, yStride := K+1, M+2
-			x := randF32(rng, xRows*xStride, 1)
-			y := nanF32(T * topk * yStride)
-			args := matmulArgs(ws[0], T, xStride, yStride)
-			args.ExpertBytes = uint64(M * ws[0].rowBytes)
-			args.SExpertBytes = uint64(M * ws[0].sRow)
-			args.NExpert, args.TopK, args.XPerSlot = int32(E), int32(topk), int32(perSlot)
-			name := "mul_mm_id_" + f.name
-			// perSlot 0 runs the one-launch form over moe_tiles' table (here
-			// built on the host, expert 1's tiles listed first to show the
-			// order does not matter), perSlot 1 the grid-z-per-expert form.
-			grid := [3]int{groups(T, 32), groups(M, 64), E}
-			var tiles []int32
-			if perSlot == 0 {
-				args.Tiles = 1
-				for _, e := range []int{1, 0, 2} {
-					for n0 := int32(0); n0 < counts[e]; n0 += 32 {
-						tiles = append(tiles, int32(e), n0)
-					}
-				}
-				grid = [3]int{len(tiles) / 2, groups(M, 64), 1}
-			} else {
-				tiles = []int32{-1, -1} // must not be read
-			}
-			out := runJob(t, h, &mslemu.Job{Kernel: name, Grid: grid, Group: [3]int{128, 1, 1},
-				Buffers: []mslemu.Buffer{{Index: 0, Data: shaders.Bytes(&args)}, {Index: 1, Data: data}, {Index: 2, Data: sc}, {Index: 3, Data: bi}, {Index: 4, Data: mslemu.F32(x)}, {Index: 5, Data: mslemu.F32(y)},
-					{Index: 6, Data: mslemu.I32(counts)}, {Index: 7, Data: mslemu.I32(lists)}, {Index: 8, Data: mslemu.I32(tiles)}}})
-			got := mslemu.ToF32(out[5])
-			for tk := 0; tk < T; tk++ {
-				for s := 0; s < topk; s++ {
-					entry := tk*topk + s
-					row := tk
-					if perSlot == 1 {
-						row = entry
-					}
-					want, abs := matmulRef(ws[ids[entry]], x, xStride, func(int) int { return row }, 1)
-					checkAbsRef(t, fmt.Sprintf("%s perSlot=%d token %d slot %d", name, perSlot, tk, s),
-						got[entry*yStride:entry*yStride+M], want, abs, 2e-6)
-				}
-			}
-		}
-	}
 }
 
 // regroup regenerates an MLX matrix with the group size and scale type of ref
@@ -458,7 +512,6 @@ func init() {
 	for _, f := range formats {
 		register("mul_mv_"+f.name, mulMvCase(f))
 		register("mul_mm_"+f.name, mulMmCase(f))
-		register("mul_mm_id_"+f.name, mulMmIDCase(f))
 		register("get_rows_"+f.name, getRowsCase(f))
 	}
 }

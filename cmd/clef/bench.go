@@ -407,7 +407,7 @@ files next to it with clef quantize.`,
 
 // benchKernelsCmd is clef bench kernels.
 func benchKernelsCmd() *cobra.Command {
-	var out, types string
+	var out, types, estimate string
 	var threads int
 	var minTime time.Duration
 	check := true
@@ -420,9 +420,23 @@ quantized GEMM kernel (one thread) and each backend's MatMul and Attention
 peaks. A Metal backend is compared with its chip's numbers from the
 M-series table instead. Before timing, every backend runs the backend
 conformance suite (--check=false skips it): a backend that fails it is not
-measured.`,
+measured.
+
+--estimate CHIP measures nothing: it prints, for the chip (m1-max ...
+m5-max, any key of the chip table, or all for the M1-M5 Max), each
+kernel's and the whole prefill's bytes, FLOPs and estimated time at 1k,
+14k and 64k tokens of the Qwen3-Omni thinker at 4-bit, per kernel set
+(current, shader, tensor) with the efficiencies it assumes, next to the
+MLX port's published figures.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if estimate != "" {
+				cs, err := bench.EstimateChips(estimate)
+				if err != nil {
+					return &exitError{2, fmt.Errorf("kernels: --estimate: %w", err)}
+				}
+				return bench.WriteEstimate(cmd.OutOrStdout(), cs, bench.Sets)
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 			defer stop()
 			o := bench.KernelOptions{MinTime: minTime, Threads: threads, Log: cmd.ErrOrStderr()}
@@ -463,6 +477,7 @@ measured.`,
 	fl.IntVar(&threads, "threads", 0, "threads of the backend ops (0: all cores)")
 	fl.DurationVar(&minTime, "min-time", 200*time.Millisecond, "minimum time per measurement")
 	fl.BoolVar(&check, "check", true, "run the backend conformance suite on every backend before timing it")
+	fl.StringVar(&estimate, "estimate", "", "print the estimated prefill time on CHIP (m1-max..m5-max, or all) instead of measuring")
 	return cmd
 }
 

@@ -497,6 +497,20 @@ type RowChunker interface {
 	Concat(ts ...*Tensor) (*Tensor, error)
 }
 
+// ChunkSizer is an optional extension of a RowChunker (found by type
+// assertion): the rows per chunk the backend runs best at. A model that
+// chunks rows uses it when no chunk size is set explicitly, else its own
+// default. Chunking changes no result (a row's ops are independent of the
+// other rows', and attention spans every key either way); the size trades
+// activation memory, bounded by the chunk, against the fill of the
+// backend's tiles (the Metal MoE kernels' 64-token tiles hold a chunk's
+// rows × top-k / experts tokens each).
+type ChunkSizer interface {
+	// PreferredChunkRows is the rows per chunk; 0 or less means no
+	// preference.
+	PreferredChunkRows() int
+}
+
 // Interruptible is an optional extension of Backend (found by type
 // assertion) for backends whose ops can run long: one op over a long
 // record (attention over tens of thousands of keys, a matmul over every

@@ -205,7 +205,6 @@ func Lint(file string, src []byte) []error {
 		{regexp.MustCompile(`\(\s*(u?(char|short|int|long)|half|float|bfloat)[234]\s*\)\s*[\w(]`),
 			"C-style vector cast: clang compiles it as a bit-cast, MSL as a conversion; write float4(x)"},
 		{regexp.MustCompile(`\b\d+(\.\d*)?h\b`), "half literal suffix h: write half(1.0f)"},
-		{regexp.MustCompile(`\bthread_elements\s*\(`), "thread_elements(): per-lane fragment layout is not emulated"},
 		{regexp.MustCompile(`\)\s*(threadgroup|device|constant)\s*(const\s*)?\{`), "address-space-qualified member function"},
 		{regexp.MustCompile(`\[\[\s*host_name`), "template host_name instantiation: write each entry point as a plain non-template function"},
 		{regexp.MustCompile(`\b(u?long|half|float|int)[234]?x[234]\b`), "matrix types (float4x4, half4x4) are not emulated"},

@@ -19,7 +19,8 @@ import (
 type Model struct {
 	Config release.Text
 	// Chunk is the number of rows a layer runs at a time on a backend that
-	// implements backend.RowChunker; 0 means DefaultChunk.
+	// implements backend.RowChunker; 0 means the backend's preference
+	// (backend.ChunkSizer), else DefaultChunk.
 	Chunk int
 	b     backend.Backend
 
@@ -267,17 +268,25 @@ func (m *Model) forward(ctx context.Context, in Input, tap Tap, save *Prefix) (*
 }
 
 // DefaultChunk is the number of rows a layer processes at a time on a
-// backend that can run in chunks (backend.RowChunker), as llama.cpp's
-// default ubatch: activation memory is bounded by the chunk, while K and V
-// of one layer span every row.
+// backend that can run in chunks (backend.RowChunker) and states no
+// preference (backend.ChunkSizer), as llama.cpp's default ubatch:
+// activation memory is bounded by the chunk, while K and V of one layer
+// span every row.
 const DefaultChunk = 512
 
-// chunk is the rows a layer runs at a time on a backend.RowChunker.
+// chunk is the rows a layer runs at a time on a backend.RowChunker: Chunk
+// when set, else the backend's preferred chunk, else DefaultChunk. The
+// size changes no result, only memory and speed.
 func (m *Model) chunk() int {
-	if m.Chunk <= 0 {
-		return DefaultChunk
+	if m.Chunk > 0 {
+		return m.Chunk
 	}
-	return m.Chunk
+	if cs, ok := m.b.(backend.ChunkSizer); ok {
+		if n := cs.PreferredChunkRows(); n > 0 {
+			return n
+		}
+	}
+	return DefaultChunk
 }
 
 // layer runs decoder layer l on the residual stream x [L, hidden] and

@@ -442,11 +442,90 @@ inline bool simd_all(bool b, MSL_SITE_PARAMS) {
 // store whose address, stride, origin or transpose depends on the lane, or a
 // product that differs between lanes, is an error, since on the GPU each lane
 // holds only its own elements of one matrix shared by the simdgroup.
+//
+// thread_elements() (8x8 matrices) gives a lane its own two elements, as on
+// the GPU, where the 64 elements are spread over the 32 lanes. The mapping
+// is the one MLX's steel kernels build their fragments on (BaseMMAFrag::
+// get_coord in mlx/backend/metal/kernels/steel/{gemm,attn}/mma.h): lane l
+// holds row (l/4 & 4) + (l/2 % 4), columns c and c+1 with
+// c = (l/4 & 2)*2 + (l%2)*2 (rows 0-3 in lanes 0-15, rows 4-7 in lanes
+// 16-31; a row's 8 elements in the lanes l, l^1, l^8, l^9). Here it is a
+// reference into the lane's full copy; a write through it makes the copies
+// differ, so the matrix is marked split and the next operation that reads
+// it as a whole (a product, a store) first gathers every lane's two
+// elements (detail::mma_gather, one collective of the simdgroup at that
+// operation). thread_elements() must then be called by every lane of the
+// simdgroup (as every simdgroup-matrix operation is); the writes through
+// it may be conditional.
 template <class T, int R, int C> struct simdgroup_matrix {
-  T e[R * C];
+  // mutable: gathering a split matrix (in a product or store, which take
+  // their operands as const references) completes the caller's copy in
+  // place, once, without changing the lane's own elements.
+  alignas(2 * sizeof(T)) mutable T e[R * C];
+  mutable bool split = false; // a lane's thread_elements() may have changed its own elements
+  typedef T elem2 __attribute__((ext_vector_type(2)));
+  elem2 &thread_elements();
 };
 typedef simdgroup_matrix<float, 8, 8> simdgroup_float8x8;
 typedef simdgroup_matrix<half, 8, 8> simdgroup_half8x8;
+
+} // namespace metal
+extern "C" {
+void msl_rt_thread(unsigned *index, unsigned *nthreads);
+[[noreturn]] void msl_rt_fail(const char *msg);
+}
+namespace metal {
+namespace detail {
+// frag_coord is the row and first column of lane l's two elements of an
+// 8x8 simdgroup matrix (see thread_elements above).
+inline void frag_coord(unsigned l, unsigned *row, unsigned *col) {
+  *row = ((l / 4) & 4) + (l / 2) % 4;
+  *col = ((l / 4) & 2) * 2 + (l % 2) * 2;
+}
+inline unsigned sim_lane() {
+  unsigned index, n;
+  msl_rt_thread(&index, &n);
+  return index % 32;
+}
+// mma_gather rebuilds a split matrix from each lane's own two elements.
+template <class T, int R, int C> inline void mma_gather(const simdgroup_matrix<T, R, C> &m, const char *file, unsigned line,
+                                                       unsigned col) {
+  if (!m.split)
+    return;
+  static_assert(R == 8 && C == 8, "thread_elements() is emulated for 8x8 matrices");
+  unsigned index, n;
+  msl_rt_thread(&index, &n);
+  const unsigned size = n - index / 32 * 32 < 32 ? n - index / 32 * 32 : 32;
+  const unsigned full = size == 32 ? 0xffffffffu : (1u << size) - 1;
+  unsigned r, c;
+  frag_coord(index % 32, &r, &c);
+  T mine[2] = {m.e[r * C + c], m.e[r * C + c + 1]};
+  unsigned lane, mask;
+  unsigned char *slots = msl_rt_simd_op(mine, sizeof mine, 0, file, line, col, &lane, &mask);
+  if (mask != full || size != 32) {
+    char msg[512];
+    snprintf(msg, sizeof msg,
+             "simdgroup matrix at %s:%u: its thread_elements() were taken by lanes 0x%x of a simdgroup of %u lanes "
+             "(lane-divergent control flow or a partial simdgroup); every lane holds two of its elements",
+             file, line, mask, size);
+    msl_rt_fail(msg);
+  }
+  for (unsigned i = 0; i < 32; i++) {
+    frag_coord(i, &r, &c);
+    memcpy(&m.e[r * C + c], slots + 64 * i, sizeof mine);
+  }
+  m.split = false;
+}
+} // namespace detail
+
+template <class T, int R, int C>
+inline typename simdgroup_matrix<T, R, C>::elem2 &simdgroup_matrix<T, R, C>::thread_elements() {
+  static_assert(R == 8 && C == 8, "thread_elements() is emulated for 8x8 matrices");
+  unsigned r, c;
+  detail::frag_coord(detail::sim_lane(), &r, &c);
+  split = true;
+  return *reinterpret_cast<elem2 *>(&e[r * C + c]);
+}
 
 template <class T, int R, int C> inline simdgroup_matrix<T, R, C> make_filled_simdgroup_matrix(T v) {
   simdgroup_matrix<T, R, C> m;
@@ -459,6 +538,7 @@ template <class T, class S, int R, int C>
 inline void simdgroup_load(thread simdgroup_matrix<T, R, C> &m, const S *src, ulong elements_per_row = C,
                            ulong2 origin = 0, bool transpose = false, MSL_SITE_PARAMS) {
   msl_rt_mma(0, src, elements_per_row, origin.x | origin.y << 32, transpose, 0, MSL_SITE);
+  m.split = false;
   for (int r = 0; r < R; r++)
     for (int c = 0; c < C; c++) {
       ulong row = transpose ? (ulong)c : (ulong)r, col = transpose ? (ulong)r : (ulong)c;
@@ -466,8 +546,9 @@ inline void simdgroup_load(thread simdgroup_matrix<T, R, C> &m, const S *src, ul
     }
 }
 template <class T, class S, int R, int C>
-inline void simdgroup_store(simdgroup_matrix<T, R, C> m, S *dst, ulong elements_per_row = C, ulong2 origin = 0,
+inline void simdgroup_store(const simdgroup_matrix<T, R, C> &m, S *dst, ulong elements_per_row = C, ulong2 origin = 0,
                             bool transpose = false, MSL_SITE_PARAMS) {
+  detail::mma_gather(m, MSL_SITE);
   msl_rt_mma(1, dst, elements_per_row, origin.x | origin.y << 32, transpose, 0, MSL_SITE);
   for (int r = 0; r < R; r++)
     for (int c = 0; c < C; c++) {
@@ -476,9 +557,12 @@ inline void simdgroup_store(simdgroup_matrix<T, R, C> m, S *dst, ulong elements_
     }
 }
 template <class TD, class TA, class TB, class TC, int M, int N, int K>
-inline void simdgroup_multiply_accumulate(thread simdgroup_matrix<TD, M, N> &d, simdgroup_matrix<TA, M, K> a,
-                                          simdgroup_matrix<TB, K, N> b, simdgroup_matrix<TC, M, N> c,
+inline void simdgroup_multiply_accumulate(thread simdgroup_matrix<TD, M, N> &d, const simdgroup_matrix<TA, M, K> &a,
+                                          const simdgroup_matrix<TB, K, N> &b, const simdgroup_matrix<TC, M, N> &c,
                                           MSL_SITE_PARAMS) {
+  detail::mma_gather(a, MSL_SITE);
+  detail::mma_gather(b, MSL_SITE);
+  detail::mma_gather(c, MSL_SITE);
   simdgroup_matrix<TD, M, N> r;
   for (int i = 0; i < M; i++)
     for (int j = 0; j < N; j++) {
@@ -491,8 +575,8 @@ inline void simdgroup_multiply_accumulate(thread simdgroup_matrix<TD, M, N> &d, 
   d = r;
 }
 template <class TD, class TA, class TB, int M, int N, int K>
-inline void simdgroup_multiply(thread simdgroup_matrix<TD, M, N> &d, simdgroup_matrix<TA, M, K> a,
-                               simdgroup_matrix<TB, K, N> b, MSL_SITE_PARAMS) {
+inline void simdgroup_multiply(thread simdgroup_matrix<TD, M, N> &d, const simdgroup_matrix<TA, M, K> &a,
+                               const simdgroup_matrix<TB, K, N> &b, MSL_SITE_PARAMS) {
   simdgroup_multiply_accumulate(d, a, b, make_filled_simdgroup_matrix<TD, M, N>((TD)0), MSL_SITE);
 }
 

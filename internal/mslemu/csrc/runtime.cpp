@@ -719,3 +719,16 @@ int main(int argc, char **argv) {
     die("cannot write output file");
   return 0;
 }
+
+// ---- tensor operations (include/MetalPerformancePrimitives) -------------------
+// msl_rt_thread reports the calling thread's index in its threadgroup and the
+// threadgroup's size: the emulated tensor operations give each thread of an
+// operation's scope its own elements of a cooperative tensor.
+extern "C" void msl_rt_thread(unsigned *index, unsigned *nthreads) {
+  *index = cur->index;
+  *nthreads = W->nthreads;
+}
+
+// msl_rt_fail stops the run with msg about the current kernel and group
+// (the shim's own checks: thread_elements() in msl_shim.h).
+extern "C" void msl_rt_fail(const char *msg) { fail("%s", msg); }
