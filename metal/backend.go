@@ -44,8 +44,11 @@ type Backend struct {
 	seq      int
 	inflight []bufferEstimate
 	slow     float64
-	// pipes are the pipelines prepared at open (pipelines.go).
-	pipes []PipelineReport
+	// pipes are the pipelines prepared at open (pipelines.go); tensorFams
+	// the tensor families whose pipelines all built (tensor.go), fixed at
+	// open.
+	pipes      []PipelineReport
+	tensorFams map[string]bool
 
 	// normCache holds float32 copies of non-f32 norm weights.
 	normCache map[*tensor]*tensor

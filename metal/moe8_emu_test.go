@@ -96,26 +96,7 @@ func TestMoEInt8Emulated(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			before := b.Stats().Kernels
-			got, err := b.MoE(xt, ids, ws, ex)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx := context.Background()
-			out, err := b.Read(ctx, got)
-			if err != nil {
-				t.Fatal(err)
-			}
-			idv, err := b.Read(ctx, ids)
-			if err != nil {
-				t.Fatal(err)
-			}
-			wv, err := b.Read(ctx, ws)
-			if err != nil {
-				t.Fatal(err)
-			}
-			after := b.Stats().Kernels
-			ran := func(k string) bool { return after[k].Dispatches > before[k].Dispatches }
+			out, idv, wv, ran := runMoE(t, b, xt, ids, ws, ex)
 			for _, k := range []string{"moe_gu_t8_q4_K", "moe_down_t8_q4_K", "quant_q8k_rows"} {
 				if ran(k) != c.int8 {
 					t.Errorf("%s dispatched: %v, want %v", k, ran(k), c.int8)
@@ -277,4 +258,26 @@ func moeRefs(t *testing.T, L, k, hidden, ffn int, x, ids, ws []float32, gate, up
 		}
 	}
 	return mirror, exact
+}
+
+// runMoE runs b.MoE on the routed x and reads back the output, the routing
+// ids and weights; ran reports whether a kernel was dispatched by it.
+func runMoE(t *testing.T, b *Backend, xt, ids, ws *backend.Tensor, ex backend.Experts) (out, idv, wv []float32, ran func(string) bool) {
+	t.Helper()
+	before := b.Stats().Kernels
+	got, err := b.MoE(xt, ids, ws, ex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, r := range []struct {
+		dst *[]float32
+		src *backend.Tensor
+	}{{&out, got}, {&idv, ids}, {&wv, ws}} {
+		if *r.dst, err = b.Read(ctx, r.src); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := b.Stats().Kernels
+	return out, idv, wv, func(k string) bool { return after[k].Dispatches > before[k].Dispatches }
 }

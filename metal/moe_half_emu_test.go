@@ -3,7 +3,6 @@
 package metal
 
 import (
-	"context"
 	"math"
 	"math/rand"
 	"testing"
@@ -130,26 +129,7 @@ func measureMoE(t *testing.T, b *Backend, rng *rand.Rand, typ quant.Type) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := b.Stats().Kernels
-	got, err := b.MoE(xt, ids, ws, ex)
-	if err != nil {
-		t.Fatalf("%v: %v", typ, err)
-	}
-	ctx := context.Background()
-	out, err := b.Read(ctx, got)
-	if err != nil {
-		t.Fatal(err)
-	}
-	idv, err := b.Read(ctx, ids)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wv, err := b.Read(ctx, ws)
-	if err != nil {
-		t.Fatal(err)
-	}
-	after := b.Stats().Kernels
-	ran := func(k string) bool { return after[k].Dispatches > before[k].Dispatches }
+	out, idv, wv, ran := runMoE(t, b, xt, ids, ws, ex)
 	bf16 := moeBF16Rows(typ)
 	if ran("moe_combine_bf16") != bf16 || ran("moe_combine_f32") == bf16 {
 		t.Errorf("%v: moe_combine_bf16 ran %v, moe_combine_f32 ran %v; want the bf16 rows' combine %v", typ,

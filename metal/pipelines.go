@@ -118,6 +118,19 @@ func (e *PrepareError) Error() string {
 
 func (e *PrepareError) Unwrap() error { return e.First }
 
+// preparePipeline builds pipeline p on the device and checks it runs the
+// threadgroups its op launches (checkPipeline).
+func (b *Backend) preparePipeline(p pipelineSpec) PipelineReport {
+	r := PipelineReport{Name: p.name()}
+	if r.Err = b.dev.Prepare(p.kernel, p.consts); r.Err == nil {
+		r.Info, r.Err = b.dev.PipelineInfo(p.kernel, p.consts)
+	}
+	if r.Err == nil {
+		r.Err = checkPipeline(r.Info, p.threads)
+	}
+	return r
+}
+
 // prepare builds every pipeline of pipelineSpecs on the device and checks
 // that it runs the threadgroups its op launches (maxTotalThreadsPerThreadgroup,
 // which a kernel short of registers lowers) with 32-lane SIMD groups, so
@@ -126,13 +139,7 @@ func (e *PrepareError) Unwrap() error { return e.First }
 func (b *Backend) prepare() error {
 	pe := &PrepareError{}
 	for _, p := range pipelineSpecs() {
-		r := PipelineReport{Name: p.name()}
-		if r.Err = b.dev.Prepare(p.kernel, p.consts); r.Err == nil {
-			r.Info, r.Err = b.dev.PipelineInfo(p.kernel, p.consts)
-		}
-		if r.Err == nil {
-			r.Err = checkPipeline(r.Info, p.threads)
-		}
+		r := b.preparePipeline(p)
 		if r.Err != nil {
 			pe.Failed++
 			if pe.First == nil {

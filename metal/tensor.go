@@ -192,18 +192,24 @@ func (b *Backend) prepareTensor() {
 	if !on {
 		return
 	}
+	ok := map[string]bool{}
 	for _, p := range tensorPipelineSpecs() {
-		r := PipelineReport{Name: p.name()}
-		if r.Err = b.dev.Prepare(p.kernel, p.consts); r.Err == nil {
-			r.Info, r.Err = b.dev.PipelineInfo(p.kernel, p.consts)
-		}
-		if r.Err == nil {
-			r.Err = checkPipeline(r.Info, p.threads)
-		}
+		r := b.preparePipeline(p)
 		if r.Err != nil {
 			r.Err = fmt.Errorf("%w (the prefill matmuls keep the simdgroup-matrix kernels)", r.Err)
 		}
+		ok[p.kernel] = r.Err == nil
 		b.pipes = append(b.pipes, r)
+	}
+	// Each family is taken when every one of its pipelines was prepared:
+	// decided once here, read by every matmul, MoE and attention call.
+	b.tensorFams = map[string]bool{}
+	for f, ks := range tensorKernels() {
+		on := len(ks) > 0
+		for _, k := range ks {
+			on = on && ok[k]
+		}
+		b.tensorFams[f] = on
 	}
 }
 
@@ -226,24 +232,8 @@ func (b *Backend) TensorPath() (bool, string) {
 func (b *Backend) tensorOn() bool { return b.tensorFamilyOn(tensorFamilyMatMul) }
 
 // tensorFamilyOn reports whether every pipeline of the tensor family was
-// prepared at open without error.
-func (b *Backend) tensorFamilyOn(family string) bool {
-	want := tensorKernels()[family]
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	ok := map[string]bool{}
-	for _, p := range b.pipes {
-		if isTensorKernel(p.Name) {
-			ok[p.Name] = p.Err == nil
-		}
-	}
-	for _, k := range want {
-		if !ok[k] {
-			return false
-		}
-	}
-	return len(want) > 0
-}
+// prepared at open without error (prepareTensor).
+func (b *Backend) tensorFamilyOn(family string) bool { return b.tensorFams[family] }
 
 // tensorMoEKernels returns the tensor kernels (gate-up, down) for experts of
 // type t when this open takes the MoE's tensor path and t has them.

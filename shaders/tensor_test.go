@@ -324,10 +324,10 @@ kernel void tensor_no_zero(PROBE_PARAMS) {
 }
 `
 
-// TestTensorOpsEmulation: the emulated matmul2d computes the product (each
-// thread its own elements), and a missing barrier before run(), an
-// accumulator never zeroed and a scope of the wrong size are caught.
-func TestTensorOpsEmulation(t *testing.T) {
+// tensorProbeHarness builds tensorProbes for the emulator, closed when the
+// test ends; it skips where clang is missing.
+func tensorProbeHarness(t *testing.T) *mslemu.Harness {
+	t.Helper()
 	if !mslemu.Available() {
 		t.Skipf("%s not found", mslemu.Clang)
 	}
@@ -340,7 +340,15 @@ func TestTensorOpsEmulation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer h.Close()
+	t.Cleanup(func() { h.Close() })
+	return h
+}
+
+// TestTensorOpsEmulation: the emulated matmul2d computes the product (each
+// thread its own elements), and a missing barrier before run(), an
+// accumulator never zeroed and a scope of the wrong size are caught.
+func TestTensorOpsEmulation(t *testing.T) {
+	h := tensorProbeHarness(t)
 	const pm, pn, pk = 20, 24, 40
 	rng := rand.New(rand.NewSource(7))
 	x, w := randF32(rng, pn*pk, 1), randF32(rng, pm*pk, 1)
@@ -402,19 +410,7 @@ func TestTensorOpsEmulation(t *testing.T) {
 // (extreme codes -128 and 127 included, and in multiply_accumulate on top of
 // the destination's value), and a sum outside int32 stops the run.
 func TestTensorOpsInt8(t *testing.T) {
-	if !mslemu.Available() {
-		t.Skipf("%s not found", mslemu.Clang)
-	}
-	dir := t.TempDir()
-	src := filepath.Join(dir, "tensor_probes.metal")
-	if err := os.WriteFile(src, []byte(tensorProbes), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	h, err := mslemu.Build(dir, src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	h := tensorProbeHarness(t)
 	const pm, pn, pk = 20, 24, 40
 	rng := rand.New(rand.NewSource(8))
 	codes := func(n int) []byte {

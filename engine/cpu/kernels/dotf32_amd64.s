@@ -1,14 +1,7 @@
 //go:build !purego
 
 #include "textflag.h"
-
-#define HSUM(acc, xacc) \
-	VEXTRACTF128 $1, acc, X2 \
-	VADDPS X2, xacc, xacc \
-	VMOVHLPS xacc, X2, X2 \
-	VADDPS X2, xacc, xacc \
-	VMOVSHDUP xacc, X2 \
-	VADDSS X2, xacc, xacc
+#include "sum4_amd64.h"
 
 // func dotF32x4AVX2(w *float32, k int, x *float32, n8 int, r *[4]float32)
 // Dots the first 8·n8 values of four float32 rows (k apart) with x.
@@ -38,13 +31,5 @@ loop:
 	DECQ CX
 	JNZ loop
 
-	HSUM(Y8, X8)
-	HSUM(Y9, X9)
-	HSUM(Y10, X10)
-	HSUM(Y11, X11)
-	VMOVSS X8, 0(DX)
-	VMOVSS X9, 4(DX)
-	VMOVSS X10, 8(DX)
-	VMOVSS X11, 12(DX)
-	VZEROUPPER
+	STORE4
 	RET

@@ -1,25 +1,7 @@
 //go:build !purego
 
 #include "textflag.h"
-
-#define HSUM(acc, xacc) \
-	VEXTRACTF128 $1, acc, X2 \
-	VADDPS X2, xacc, xacc \
-	VMOVHLPS xacc, X2, X2 \
-	VADDPS X2, xacc, xacc \
-	VMOVSHDUP xacc, X2 \
-	VADDSS X2, xacc, xacc
-
-#define STORE4 \
-	HSUM(Y8, X8) \
-	HSUM(Y9, X9) \
-	HSUM(Y10, X10) \
-	HSUM(Y11, X11) \
-	VMOVSS X8, 0(DX) \
-	VMOVSS X9, 4(DX) \
-	VMOVSS X10, 8(DX) \
-	VMOVSS X11, 12(DX) \
-	VZEROUPPER
+#include "sum4_amd64.h"
 
 #define SETUP \
 	MOVQ w+0(FP), SI \

@@ -1,6 +1,7 @@
 //go:build !purego
 
 #include "textflag.h"
+#include "sum4_amd64.h"
 #include "q8_0_amd64.h"
 
 // Constant: sixteen int16 ones for VPMADDWD.
@@ -28,15 +29,6 @@ GLOBL ones16<>(SB), RODATA|NOPTR, $32
 	VMULSS X4, X3, X3 \
 	VBROADCASTSS X3, Y3 \
 	VFMADD231PS Y3, Y2, acc
-
-// HSUM reduces acc to its lane sum in the low float of acc's X register.
-#define HSUM(acc, xacc) \
-	VEXTRACTF128 $1, acc, X2 \
-	VADDPS X2, xacc, xacc \
-	VMOVHLPS xacc, X2, X2 \
-	VADDPS X2, xacc, xacc \
-	VMOVSHDUP xacc, X2 \
-	VADDSS X2, xacc, xacc
 
 // func dotQ8_0x4AVX2(w *byte, stride int, x *byte, nb int, r *[4]float32)
 TEXT ·dotQ8_0x4AVX2(SB), NOSPLIT, $0-40
@@ -71,15 +63,7 @@ loop:
 	DECQ CX
 	JNZ loop
 
-	HSUM(Y8, X8)
-	HSUM(Y9, X9)
-	HSUM(Y10, X10)
-	HSUM(Y11, X11)
-	VMOVSS X8, 0(DX)
-	VMOVSS X9, 4(DX)
-	VMOVSS X10, 8(DX)
-	VMOVSS X11, 12(DX)
-	VZEROUPPER
+	STORE4
 	RET
 
 // ROW4x1 accumulates weight row reg's block (at offset CX, scale at ws)
@@ -134,15 +118,7 @@ loop4x1:
 	JNE loop4x1
 
 	MOVQ out+48(FP), DX
-	HSUM(Y8, X8)
-	HSUM(Y9, X9)
-	HSUM(Y10, X10)
-	HSUM(Y11, X11)
-	VMOVSS X8, 0(DX)
-	VMOVSS X9, 4(DX)
-	VMOVSS X10, 8(DX)
-	VMOVSS X11, 12(DX)
-	VZEROUPPER
+	STORE4
 	RET
 
 // ROWQ8x4 loads weight row reg's block (at offset CX): |w| in Y8, w in Y9.
