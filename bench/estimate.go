@@ -7,7 +7,10 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/clefrt/clef/engine/convert"
+	"github.com/clefrt/clef/engine/release"
 	"github.com/clefrt/clef/internal/chips"
+	"github.com/clefrt/clef/quant"
 )
 
 // The estimate of `clef bench kernels --estimate CHIP`: a thinker prefill
@@ -34,12 +37,28 @@ var (
 // rowBytes is the storage of one row of cols weights.
 func (f WeightFormat) rowBytes(cols int) int { return cols / f.BlockElems * f.BlockBytes }
 
+// formatOf is the WeightFormat of storage type t (quant's format table).
+func formatOf(t quant.Type) (WeightFormat, error) {
+	f, err := quant.FormatOf(t)
+	if err != nil {
+		return WeightFormat{}, fmt.Errorf("bench: estimate: %w", err)
+	}
+	return WeightFormat{f.Name, f.BlockElems, f.BlockBytes}, nil
+}
+
 // ModelShape is what a pass's launches depend on.
 type ModelShape struct {
 	Layers, Hidden, Heads, KVHeads, HeadDim int
 	Experts, TopK, FFN                      int
 	Weights                                 WeightFormat // q, k, v, o and the experts
 	Router, Embed                           WeightFormat
+	// File, when set, names the clef quantize mixture the matrices come
+	// from ("q4_k_m"): each one then takes the type convert.TensorType
+	// gives its role and layer (the one place the mixtures are written
+	// down; q4_k_m stores attn_v and ffn_down_exps in q6_K in 24 of the 48
+	// layers and keeps the router in f32) instead of Weights, Router and
+	// Embed.
+	File string
 	// Chunk is the rows a layer runs at a time (qwen3moe.DefaultChunk, or
 	// the backend's preference: KernelSet.Chunk): keys and values for
 	// every row, the rest per chunk.
@@ -49,10 +68,30 @@ type ModelShape struct {
 	Parted bool
 }
 
-// Thinker is the Qwen3-Omni thinker at 4-bit (a GGUF q4_K checkpoint,
-// experts stacked, the router in bf16).
+// Thinker is the Qwen3-Omni thinker at 4-bit as clef quantize --type
+// q4_k_m writes it (q4_K, q6_K attn_v and ffn_down_exps in 24 layers, the
+// router in f32; experts stacked).
 var Thinker = ModelShape{Layers: 48, Hidden: 2048, Heads: 32, KVHeads: 4, HeadDim: 128, Experts: 128, TopK: 8, FFN: 768,
-	Weights: FormatQ4K, Router: FormatBF16, Embed: FormatQ4K, Chunk: 512}
+	Weights: FormatQ4K, Router: FormatF32, Embed: FormatQ4K, File: "q4_k_m", Chunk: 512}
+
+// format is the storage of the matrix of role in layer (-1: outside the
+// layers): File's mixture when set, else Weights, Router or Embed.
+func (s ModelShape) format(role release.Role, layer int) (WeightFormat, error) {
+	if s.File == "" {
+		switch role {
+		case release.RoleRouter:
+			return s.Router, nil
+		case release.RoleEmbed:
+			return s.Embed, nil
+		}
+		return s.Weights, nil
+	}
+	ft, err := convert.ParseFileType(s.File)
+	if err != nil {
+		return WeightFormat{}, fmt.Errorf("bench: estimate: %w", err)
+	}
+	return formatOf(convert.TensorType(ft, role, layer, s.Layers, s.Heads/s.KVHeads))
+}
 
 // Class is what limits a kernel and which efficiency applies.
 type Class string
@@ -71,11 +110,30 @@ const (
 	ClassMoET    Class = "moe-t"
 	ClassMatMul8 Class = "matmul8"
 	ClassMoE8    Class = "moe8"
+	// The int8 kernels of q6_K weights (mul_mm_t8_q6_K, moe_*_t8_q6_K):
+	// sub-blocks of 16 with their own scales, so twice the integer
+	// epilogue of q4_K's and heavier unpacking per MAC.
+	ClassMatMul8Q6 Class = "matmul8-q6"
+	ClassMoE8Q6    Class = "moe8-q6"
 )
+
+// int8Class is the class of the int8 tensor kernel for weights of suffix
+// (mul_mm_t8_*, or moe_*_t8_* when moe).
+func int8Class(suffix string, moe bool) Class {
+	switch {
+	case suffix == "q6_K" && moe:
+		return ClassMoE8Q6
+	case suffix == "q6_K":
+		return ClassMatMul8Q6
+	case moe:
+		return ClassMoE8
+	}
+	return ClassMatMul8
+}
 
 // computeClasses are the classes of the prefill's matmuls and attention:
 // what PrefillPeak measures and BreakEven varies.
-var computeClasses = []Class{ClassMatMul, ClassMoE, ClassAttention, ClassMatMulT, ClassMoET, ClassMatMul8, ClassMoE8}
+var computeClasses = []Class{ClassMatMul, ClassMoE, ClassAttention, ClassMatMulT, ClassMoET, ClassMatMul8, ClassMoE8, ClassMatMul8Q6, ClassMoE8Q6}
 
 // isCompute reports whether c is one of computeClasses.
 func isCompute(c Class) bool {
@@ -132,23 +190,52 @@ type pass struct {
 	fused  bool
 	tensor bool // the M5 path: the tensor kernels where metal/tensor.go has them
 	layer  int
+	f      layerFormats // the layer's matrices
 	out    []Launch
 	chunks int
 }
 
+// layerFormats is the storage of a layer's matrices (ModelShape.format).
+type layerFormats struct {
+	q, k, v, o, router, gate, up, down WeightFormat
+}
+
+// formats returns layer's formats, an error when one does not fit the
+// shape's rows.
+func (s ModelShape) formats(layer int) (layerFormats, error) {
+	var f layerFormats
+	for _, r := range []struct {
+		dst  *WeightFormat
+		role release.Role
+		cols int
+	}{{&f.q, release.RoleAttnQ, s.Hidden}, {&f.k, release.RoleAttnK, s.Hidden}, {&f.v, release.RoleAttnV, s.Hidden},
+		{&f.o, release.RoleAttnOut, s.Heads * s.HeadDim}, {&f.router, release.RoleRouter, s.Hidden},
+		{&f.gate, release.RoleFFNGate, s.Hidden}, {&f.up, release.RoleFFNUp, s.Hidden}, {&f.down, release.RoleFFNDown, s.FFN}} {
+		w, err := s.format(r.role, layer)
+		if err != nil {
+			return f, err
+		}
+		if w.BlockElems <= 0 || w.BlockBytes <= 0 || r.cols%w.BlockElems != 0 {
+			return f, fmt.Errorf("bench: estimate: format %+v does not fit rows of %d", w, r.cols)
+		}
+		*r.dst = w
+	}
+	return f, nil
+}
+
 // The formats metal/tensor.go has tensor kernels for, by kernel suffix:
-// mul_mm_t_* (tensorTypes), mul_mm_t8_* (tensorInt8Types: q4_K on q8_K
-// activations from quant_q8k_rows), moe_gu_t_*/moe_down_t_*
-// (tensorMoETypes) and moe_gu_t8_*/moe_down_t8_* (tensorMoE8Types, gate,
-// up and down all of the type, hidden and FFN multiples of 256); the
+// mul_mm_t_* (tensorTypes), mul_mm_t8_* (tensorInt8Types: q4_K and q6_K
+// on q8_K activations from quant_q8k_rows), moe_gu_t_*/moe_down_t_*
+// (tensorMoETypes) and moe_gu_t8_*/moe_down_t8_* (tensorMoE8Types, gate-up
+// and down each of one of them, hidden and FFN multiples of 256); the
 // tensor attention is flash_attn_t_d128 (tensorAttnDim), 64 queries per
 // threadgroup (tensorAttnQueries).
 var (
-	tensorMatMulSuffixes = map[string]bool{"f16": true, "q8_0": true, "q6_K": true, "q5_K": true, "mlx4": true, "mlx8": true}
-	tensorInt8Suffixes   = map[string]bool{"q4_K": true}
+	tensorMatMulSuffixes = map[string]bool{"f16": true, "q8_0": true, "q5_K": true, "mlx4": true, "mlx8": true}
+	tensorInt8Suffixes   = map[string]bool{"q4_K": true, "q6_K": true}
 	tensorMoESuffixes    = map[string]bool{"f16": true, "q8_0": true, "q5_1": true, "q5_0": true, "q4_1": true, "q4_0": true,
 		"q6_K": true, "q5_K": true, "q4_K": true, "q3_K": true, "q2_K": true, "mlx4": true, "mlx8": true}
-	tensorMoE8Suffixes = map[string]bool{"q4_K": true}
+	tensorMoE8Suffixes = map[string]bool{"q4_K": true, "q6_K": true}
 )
 
 // q8kRowBytes is the bytes of a row of cols activations as q8_K (292 per
@@ -178,7 +265,7 @@ func (p *pass) matmul(m, n, k int, f WeightFormat) {
 		// metal tensorMatMulInt8: x to q8_K once, then the int8 kernel,
 		// which reads the q8_K rows instead of f32 ones.
 		p.quantQ8K(n, k)
-		kernel, class = "mul_mm_t8_"+f.Suffix, ClassMatMul8
+		kernel, class = "mul_mm_t8_"+f.Suffix, int8Class(f.Suffix, false)
 		b += float64(n) * float64(q8kRowBytes(k)-4*k)
 	case p.tensor && tensorMatMulSuffixes[f.Suffix]:
 		kernel, class = "mul_mm_t_"+f.Suffix, ClassMatMulT
@@ -226,11 +313,11 @@ func (p *pass) attention(nq, lk int) {
 
 // moeMatmul is one gathered projection of c rows of the unfused kernel
 // set (mul_mm_id_*, costed as metal's moeCost).
-func (p *pass) moeMatmul(rows, cols, c int) {
+func (p *pass) moeMatmul(rows, cols, c int, w WeightFormat) {
 	s := p.s
 	E, k := s.Experts, s.TopK
-	rb := s.Weights.rowBytes(cols)
-	kernel := "mul_mm_id_" + s.Weights.Suffix
+	rb := w.rowBytes(cols)
+	kernel := "mul_mm_id_" + w.Suffix
 	if s.Parted {
 		p.add(stream("moe_grid", p.layer, E, 16, 0))
 		b, fl := matmulWork(rows, c, cols, rb)
@@ -261,10 +348,10 @@ func (p *pass) moe(c int) {
 		p.moeFused(c)
 		return
 	}
-	p.moeMatmul(s.FFN, s.Hidden, c)
-	p.moeMatmul(s.FFN, s.Hidden, c)
+	p.moeMatmul(s.FFN, s.Hidden, c, p.f.gate)
+	p.moeMatmul(s.FFN, s.Hidden, c, p.f.up)
 	p.add(stream("silu_mul_f32", p.layer, c*s.TopK*s.FFN, 12, 4))
-	p.moeMatmul(s.Hidden, s.FFN, c)
+	p.moeMatmul(s.Hidden, s.FFN, c, p.f.down)
 	p.add(stream("moe_combine_f32", p.layer, c*s.Hidden, 4*(2*s.TopK+1), 2*s.TopK))
 }
 
@@ -280,21 +367,32 @@ func (p *pass) moe(c int) {
 func (p *pass) moeFused(c int) {
 	s := p.s
 	E, k := s.Experts, s.TopK
-	w := s.Weights.Suffix
-	gu, down, class := "moe_gu_"+w, "moe_down_"+w, ClassMoE
-	int8 := p.tensor && tensorMoE8Suffixes[w] && s.Hidden%256 == 0 && s.FFN%256 == 0
+	g, d := p.f.gate, p.f.down
+	gu, down := "moe_gu_"+g.Suffix, "moe_down_"+d.Suffix
+	guClass, downClass := ClassMoE, ClassMoE
+	// metal tensorMoE8Kernels: both gate-up's and down's formats have int8
+	// kernels (h passes between them as q8_K whatever the formats), hidden
+	// and FFN whole q8_K blocks; else tensorMoEKernels per projection.
+	int8 := p.tensor && tensorMoE8Suffixes[g.Suffix] && tensorMoE8Suffixes[d.Suffix] && s.Hidden%256 == 0 && s.FFN%256 == 0
 	switch {
 	case int8:
-		gu, down, class = "moe_gu_t8_"+w, "moe_down_t8_"+w, ClassMoE8
-	case p.tensor && tensorMoESuffixes[w]:
-		gu, down, class = "moe_gu_t_"+w, "moe_down_t_"+w, ClassMoET
+		gu, down = "moe_gu_t8_"+g.Suffix, "moe_down_t8_"+d.Suffix
+		guClass, downClass = int8Class(g.Suffix, true), int8Class(d.Suffix, true)
+	case p.tensor:
+		if tensorMoESuffixes[g.Suffix] {
+			gu, guClass = "moe_gu_t_"+g.Suffix, ClassMoET
+		}
+		if tensorMoESuffixes[d.Suffix] {
+			down, downClass = "moe_down_t_"+d.Suffix, ClassMoET
+		}
 	}
-	float := w == "f32" || w == "bf16"
+	// metal moe: h in half but for f32 and bf16 gate-up (moeHalf), the
+	// entries' outputs bf16 for block-format down (moeBF16Rows).
 	xRow, hB, yB := 4*s.Hidden, 2, 2
-	if float {
+	if g.Suffix == "f32" || g.Suffix == "bf16" {
 		hB = 4
 	}
-	if float || w == "f16" {
+	if d.Suffix == "f32" || d.Suffix == "bf16" || d.Suffix == "f16" {
 		yB = 4
 	}
 	hIn := hB * s.FFN
@@ -305,11 +403,11 @@ func (p *pass) moeFused(c int) {
 		xRow, hIn = q8kRowBytes(s.Hidden), q8kRowBytes(s.FFN)
 	}
 	guCost := func(entries, active int) (float64, float64) {
-		return 2*float64(active)*float64(s.FFN)*float64(s.Weights.rowBytes(s.Hidden)) + float64(entries)*float64(xRow+hB*s.FFN),
+		return 2*float64(active)*float64(s.FFN)*float64(g.rowBytes(s.Hidden)) + float64(entries)*float64(xRow+hB*s.FFN),
 			4 * float64(s.FFN) * float64(entries) * float64(s.Hidden)
 	}
 	downCost := func(entries, active int) (float64, float64) {
-		return float64(active)*float64(s.Hidden)*float64(s.Weights.rowBytes(s.FFN)) + float64(entries)*float64(hIn+yB*s.Hidden),
+		return float64(active)*float64(s.Hidden)*float64(d.rowBytes(s.FFN)) + float64(entries)*float64(hIn+yB*s.Hidden),
 			2 * float64(s.Hidden) * float64(entries) * float64(s.FFN)
 	}
 	entries := c * k
@@ -318,13 +416,13 @@ func (p *pass) moeFused(c int) {
 		gb, gf := guCost(c, 1)
 		db, df := downCost(c, 1)
 		for range E {
-			p.add(Launch{Kernel: gu, Class: class, Layer: p.layer, Bytes: gb, FLOPs: gf})
+			p.add(Launch{Kernel: gu, Class: guClass, Layer: p.layer, Bytes: gb, FLOPs: gf})
 		}
 		if int8 {
 			p.add(stream("quant_q8k_rows_h", p.layer, entries*s.FFN, 3, 4))
 		}
 		for range E {
-			p.add(Launch{Kernel: down, Class: class, Layer: p.layer, Bytes: db, FLOPs: df})
+			p.add(Launch{Kernel: down, Class: downClass, Layer: p.layer, Bytes: db, FLOPs: df})
 		}
 	} else {
 		active := min(E, entries)
@@ -334,11 +432,11 @@ func (p *pass) moeFused(c int) {
 		p.add(tiles)
 		gb, gf := guCost(entries, active)
 		db, df := downCost(entries, active)
-		p.add(Launch{Kernel: gu, Class: class, Layer: p.layer, Bytes: gb, FLOPs: gf})
+		p.add(Launch{Kernel: gu, Class: guClass, Layer: p.layer, Bytes: gb, FLOPs: gf})
 		if int8 {
 			p.add(stream("quant_q8k_rows_h", p.layer, entries*s.FFN, 3, 4))
 		}
-		p.add(Launch{Kernel: down, Class: class, Layer: p.layer, Bytes: db, FLOPs: df})
+		p.add(Launch{Kernel: down, Class: downClass, Layer: p.layer, Bytes: db, FLOPs: df})
 	}
 	combine := "moe_combine_f32"
 	if yB == 2 {
@@ -368,10 +466,12 @@ func buildPass(s ModelShape, L int, fused, tensor bool) ([]Launch, error) {
 	if s.Heads%s.KVHeads != 0 || s.TopK > s.Experts {
 		return nil, fmt.Errorf("bench: estimate: %d heads over %d kv heads, top-%d of %d experts", s.Heads, s.KVHeads, s.TopK, s.Experts)
 	}
-	for _, f := range []WeightFormat{s.Weights, s.Router, s.Embed} {
-		if f.BlockElems <= 0 || f.BlockBytes <= 0 || s.Hidden%f.BlockElems != 0 || s.FFN%f.BlockElems != 0 {
-			return nil, fmt.Errorf("bench: estimate: format %+v does not fit rows of %d and %d", f, s.Hidden, s.FFN)
-		}
+	embed, err := s.format(release.RoleEmbed, -1)
+	if err != nil {
+		return nil, err
+	}
+	if embed.BlockElems <= 0 || embed.BlockBytes <= 0 || s.Hidden%embed.BlockElems != 0 {
+		return nil, fmt.Errorf("bench: estimate: format %+v does not fit rows of %d", embed, s.Hidden)
 	}
 	chunk := s.Chunk
 	if chunk <= 0 || chunk > L {
@@ -380,27 +480,33 @@ func buildPass(s ModelShape, L int, fused, tensor bool) ([]Launch, error) {
 	p := &pass{s: s, fused: fused, tensor: tensor, layer: -1}
 	qd, kvd := s.Heads*s.HeadDim, s.KVHeads*s.HeadDim
 	// Embed: get_rows (cost: each id's row, its scales, and the output).
-	p.add(Launch{Kernel: "get_rows_" + s.Embed.Suffix, Class: ClassStream, Layer: -1, Bytes: float64(L) * float64(s.Embed.rowBytes(s.Hidden)+4*s.Hidden)})
+	p.add(Launch{Kernel: "get_rows_" + embed.Suffix, Class: ClassStream, Layer: -1, Bytes: float64(L) * float64(embed.rowBytes(s.Hidden)+4*s.Hidden)})
 	for l := range s.Layers {
 		p.layer = l
-		p.rmsNorm(L * s.Hidden)               // attn_norm, every row
-		p.matmul(kvd, L, s.Hidden, s.Weights) // k
-		p.rmsNorm(L * kvd)                    // k norm
+		if p.f, err = s.formats(l); err != nil {
+			return nil, err
+		}
+		if p.f.gate != p.f.up {
+			return nil, fmt.Errorf("bench: estimate: layer %d: gate (%s) and up (%s) stored differently", l, p.f.gate.Suffix, p.f.up.Suffix)
+		}
+		p.rmsNorm(L * s.Hidden)           // attn_norm, every row
+		p.matmul(kvd, L, s.Hidden, p.f.k) // k
+		p.rmsNorm(L * kvd)                // k norm
 		p.add(stream("rope_f32", l, L*kvd, 8, 6))
-		p.matmul(kvd, L, s.Hidden, s.Weights) // v
+		p.matmul(kvd, L, s.Hidden, p.f.v) // v
 		n := 0
 		for c0 := 0; c0 < L; c0 += chunk {
 			c1 := min(L, c0+chunk)
 			c := c1 - c0
-			p.rmsNorm(c * s.Hidden)              // attn_norm again, per chunk
-			p.matmul(qd, c, s.Hidden, s.Weights) // q
-			p.rmsNorm(c * qd)                    // q norm
+			p.rmsNorm(c * s.Hidden)          // attn_norm again, per chunk
+			p.matmul(qd, c, s.Hidden, p.f.q) // q
+			p.rmsNorm(c * qd)                // q norm
 			p.add(stream("rope_f32", l, c*qd, 8, 6))
 			p.attention(c, c1)
-			p.matmul(s.Hidden, c, qd, s.Weights) // o
+			p.matmul(s.Hidden, c, qd, p.f.o) // o
 			p.add(stream("add_f32", l, c*s.Hidden, 12, 4))
 			p.rmsNorm(c * s.Hidden) // ffn_norm
-			p.matmul(s.Experts, c, s.Hidden, s.Router)
+			p.matmul(s.Experts, c, s.Hidden, p.f.router)
 			p.add(stream("moe_topk_f32", l, c*s.Experts, 4, 8))
 			p.moe(c)
 			p.add(stream("add_f32", l, c*s.Hidden, 12, 4))
@@ -592,7 +698,7 @@ var Sets = []KernelSet{
 			// epilogue, the super-block's float step and the nibble
 			// staging, an eighth each of theirs; up to ~170 cycles if the
 			// element index math is not hoisted) and 0.25 barriers. Two
-			// threadgroups a core (21.8 KiB) overlap one's epilogue with
+			// threadgroups a core (19.2 KiB) overlap one's epilogue with
 			// the other's products in part: between 46% (in series) and
 			// 84-100% (overlapped) of the issue, ~70% taken; x 80%
 			// matrix-unit ceiling x 93% grid tails: 52%.
@@ -605,7 +711,25 @@ var Sets = []KernelSet{
 			// between 45% (in series) and 83% (overlapped), ~62%; x 80%
 			// tile fill (2048-row chunks) x 80% matrix-unit ceiling x 98%
 			// tails: 39%.
-			ClassMoE8:   {Compute: 0.39, Rate: "int8", Bandwidth: bwStream, DRAM: 1, Why: "per 32-k sub-block 131k int8 MACs (142 cycles) vs ~22k ALU ops (172 cycles), 2 TGs/core: ~62% x 80% tile fill x 80% ceiling x 98% tails: 39%"},
+			ClassMoE8: {Compute: 0.39, Rate: "int8", Bandwidth: bwStream, DRAM: 1, Why: "per 32-k sub-block 131k int8 MACs (142 cycles) vs ~22k ALU ops (172 cycles), 2 TGs/core: ~62% x 80% tile fill x 80% ceiling x 98% tails: 39%"},
+			// mul_mm_t8_q6_K (q4_k_m's attn_v in 24 layers), per 32 k of a
+			// 64x64 tile: two int8 matmul2d of k = 16 (q6_K's scales are per
+			// 16 values; 131k MACs, 142 cycles if a 16-deep int8 product
+			// runs at the full rate, which no published measurement covers)
+			// against ~16.5k ALU ops on q4_K's count (129 cycles; up to ~250
+			// unhoisted): the sc x I epilogue twice as often, the 6-bit
+			// unpack from 16-bit loads, no min term. 18.2 KiB, two
+			// threadgroups a core: ~65% x 80% ceiling x 93% tails: 48%.
+			// At half the rate for k = 16, ~30%.
+			ClassMatMul8Q6: {Compute: 0.48, Rate: "int8", Bandwidth: bwStream, DRAM: 1, Why: "per 32 k two 16-k int8 matmul2d (131k MACs, 142 cycles) vs ~16.5k ALU ops (129-250 cycles), 2 TGs/core: ~65% x 80% ceiling x 93% tails: 48% (k = 16 at the full int8 rate assumed)"},
+			// moe_gu_t8_q6_K/moe_down_t8_q6_K (q4_k_m's ffn_down_exps in 24
+			// layers, beside q4_K gate-up), per 32 k of a 64x64 tile: 131k
+			// int8 MACs in 16-deep products (142 cycles) against ~28k ALU
+			// ops (219 cycles: the integer epilogue doubled, the unpack, no
+			// min term), 0.5 barriers, 20.7 KiB, two threadgroups a core:
+			// between 39% (in series) and 65% (overlapped), ~55%; x 80%
+			// tile fill x 80% ceiling x 98% tails: 34%.
+			ClassMoE8Q6: {Compute: 0.34, Rate: "int8", Bandwidth: bwStream, DRAM: 1, Why: "per 32 k 131k int8 MACs in 16-deep products (142 cycles) vs ~28k ALU ops (219 cycles), 2 TGs/core: ~55% x 80% tile fill x 80% ceiling x 98% tails: 34% (k = 16 at the full int8 rate assumed)"},
 			ClassMatVec: {Compute: 0.25, Rate: "f32", Bandwidth: 0.6, DRAM: 1, Why: "mat-vec: weight streaming at ~60% of bandwidth"},
 			// flash_attn_t_d128 (tensor_attn.metal): QKᵀ and PV on int8
 			// limbs held to TolAttn. Each q, k, p and v vector is a 24-bit
@@ -828,7 +952,8 @@ func EstimateChips(arg string) ([]chips.Chip, error) {
 func WriteEstimate(w io.Writer, cs []chips.Chip, sets []KernelSet) error {
 	fmt.Fprintln(w, "ESTIMATES, not measurements: bytes and FLOPs from the Metal backend's cost model over the launches a")
 	fmt.Fprintln(w, "prefill makes (Qwen3-Omni thinker: 48 layers, hidden 2048, 32/4 heads x 128, 128 experts top-8 of 768,")
-	fmt.Fprintln(w, "q4_K weights, in the row chunks each set's backend asks for); time per launch = 5 us + max(DRAM bytes /")
+	fmt.Fprintln(w, "clef quantize q4_k_m weights: q4_K, q6_K attn_v and ffn_down_exps in 24 layers, f32 router; in the row")
+	fmt.Fprintln(w, "chunks each set's backend asks for); time per launch = 5 us + max(DRAM bytes /")
 	fmt.Fprintln(w, "(bandwidth x eff), FLOPs / (rate x eff)) with the efficiencies below. Backbone only (no tokenizer, head")
 	fmt.Fprintln(w, "or host time).")
 	var sum []PassEstimate
@@ -856,7 +981,7 @@ func WriteEstimate(w io.Writer, cs []chips.Chip, sets []KernelSet) error {
 					used[k.Class] = true
 				}
 			}
-			for _, cl := range []Class{ClassMatMul, ClassMatMulT, ClassMatMul8, ClassMoE, ClassMoET, ClassMoE8, ClassAttention, ClassMatVec, ClassStream} {
+			for _, cl := range []Class{ClassMatMul, ClassMatMulT, ClassMatMul8, ClassMatMul8Q6, ClassMoE, ClassMoET, ClassMoE8, ClassMoE8Q6, ClassAttention, ClassMatVec, ClassStream} {
 				if !used[cl] {
 					continue
 				}

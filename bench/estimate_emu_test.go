@@ -9,6 +9,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/clefrt/clef/engine/convert"
 	"github.com/clefrt/clef/engine/model/qwen3moe"
 	"github.com/clefrt/clef/engine/release"
 	"github.com/clefrt/clef/engine/tinymodel"
@@ -89,6 +90,33 @@ func TestPassTensorMatchesBackend(t *testing.T) {
 			}
 		}
 		t.Logf("%d kernels, %d launches", len(got), len(ls))
+	})
+	t.Run("q4_k_m-d128", func(t *testing.T) {
+		// clef quantize's q4_k_m over 2 layers: layer 1 holds attn_v and
+		// ffn_down_exps in q6_K (the router f32), so the MoE pairs
+		// moe_gu_t8_q4_K with moe_down_t8_q6_K.
+		tc := release.Text{Hidden: 256, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 128, Experts: 8, TopK: 2, ExpertFFN: 256,
+			Vocab: 512, NormEps: 1e-6, RopeTheta: 1e6, MRoPESections: [3]int{24, 20, 20}, MRoPEInterleaved: true, NormTopK: true}
+		ft, err := convert.ParseFileType("q4_k_m")
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := synthMixed(t, tc, func(row release.Tensor) quant.Type {
+			return convert.TensorType(ft, row.Role, row.Layer, tc.Layers, tc.Heads/tc.KVHeads)
+		})
+		got := backendLaunches(t, b, m, tc)
+		sh := shapeOf(tc, FormatQ4K, FormatBF16, FormatQ4K, false)
+		sh.File = "q4_k_m"
+		ls, err := PassTensor(sh, emuTokens)
+		if err != nil {
+			t.Fatal(err)
+		}
+		compareLaunches(t, got, ls)
+		for _, k := range []string{"mul_mm_t8_q4_K", "mul_mm_t8_q6_K", "moe_gu_t8_q4_K", "moe_down_t8_q4_K", "moe_down_t8_q6_K", "mul_mm_f32"} {
+			if got[k].Launches == 0 {
+				t.Errorf("the backend launched no %s on the tensor path", k)
+			}
+		}
 	})
 }
 
@@ -205,6 +233,17 @@ func (m memWeights) Close() error { return nil }
 // GGUF names (experts stacked): matrices and the embedding in mat, the
 // router in router, norms in f32 near 1.
 func synthWeights(t *testing.T, tc release.Text, mat, router quant.Type) memWeights {
+	return synthMixed(t, tc, func(row release.Tensor) quant.Type {
+		if row.Role == release.RoleRouter {
+			return router
+		}
+		return mat
+	})
+}
+
+// synthMixed is synthWeights with each matrix of the type typeOf gives
+// its row (norms in f32 whatever it says).
+func synthMixed(t *testing.T, tc release.Text, typeOf func(release.Tensor) quant.Type) memWeights {
 	t.Helper()
 	rng := rand.New(rand.NewSource(14))
 	m := memWeights{}
@@ -212,12 +251,9 @@ func synthWeights(t *testing.T, tc release.Text, mat, router quant.Type) memWeig
 		if row.Role == release.RoleOutput {
 			continue
 		}
-		typ, scale, bias := mat, 0.05, 0.0
-		switch row.Role {
-		case release.RoleNorm:
+		typ, scale, bias := typeOf(row), 0.05, 0.0
+		if row.Role == release.RoleNorm {
 			typ, scale, bias = quant.F32, 0.1, 1
-		case release.RoleRouter:
-			typ = router
 		}
 		n := 1
 		for _, d := range row.Shape {

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"maps"
 	"math"
 	"strings"
 	"testing"
@@ -76,12 +77,14 @@ func TestPassFLOPs(t *testing.T) {
 }
 
 // TestPassLaunches: the per-layer launch list at 1k tokens in 512-row
-// chunks (the backend's op sequence), and what fusing gate and up changes.
+// chunks (the backend's op sequence) of q4_k_m's layers (layer 0 has q6_K
+// attn_v and ffn_down_exps, layer 6 is all q4_K; 24 layers of each), and
+// what fusing gate and up changes.
 func TestPassLaunches(t *testing.T) {
-	count := func(ls []Launch) map[string]int {
+	count := func(ls []Launch, layer int) map[string]int {
 		m := map[string]int{}
 		for _, l := range ls {
-			if l.Layer == 0 {
+			if l.Layer == layer {
 				m[l.Kernel]++
 			}
 		}
@@ -94,21 +97,33 @@ func TestPassLaunches(t *testing.T) {
 	want := map[string]int{
 		// attn_norm (all rows, then per chunk), k norm, q norm, ffn norm
 		"rms_norm_f32": 1 + 1 + 2*3, "mul_mm_q4_K": 2 + 2*2, "rope_f32": 1 + 2, "flash_attn_mma_d128": 2,
-		"add_f32": 2 * 2, "mul_mm_bf16": 2, "moe_topk_f32": 2, "moe_map": 2, "moe_tiles": 2 * 3, "mul_mm_id_q4_K": 2 * 3,
+		"add_f32": 2 * 2, "mul_mm_f32": 2, "moe_topk_f32": 2, "moe_map": 2, "moe_tiles": 2 * 3, "mul_mm_id_q4_K": 2 * 3,
 		"silu_mul_f32": 2, "moe_combine_f32": 2, "copy_f32": 2,
 	}
-	if got := count(ls); !equalCounts(got, want) {
-		t.Errorf("layer 0 launches %v, want %v", got, want)
+	if got := count(ls, 6); !equalCounts(got, want) {
+		t.Errorf("layer 6 launches %v, want %v", got, want)
 	}
-	if n := len(ls); n != 1+48*sumCounts(want)+1 {
-		t.Errorf("%d launches in the pass, want %d", n, 1+48*sumCounts(want)+1)
+	want0 := maps.Clone(want)
+	want0["mul_mm_q4_K"], want0["mul_mm_q6_K"] = 1+2*2, 1     // v
+	want0["mul_mm_id_q4_K"], want0["mul_mm_id_q6_K"] = 2*2, 2 // down
+	if got := count(ls, 0); !equalCounts(got, want0) {
+		t.Errorf("layer 0 launches %v, want %v", got, want0)
+	}
+	q6 := 0
+	for _, l := range ls {
+		if l.Kernel == "mul_mm_id_q6_K" {
+			q6++
+		}
+	}
+	if n := len(ls); n != 1+48*sumCounts(want)+1 || q6 != 24*2 {
+		t.Errorf("%d launches in the pass (%d of q6_K experts), want %d (48)", n, q6, 1+48*sumCounts(want)+1)
 	}
 	fl, err := Pass(Thinker, 1024, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := count(fl)
-	if got["silu_mul_f32"] != 0 || got["mul_mm_id_q4_K"] != 0 || got["moe_gu_q4_K"] != 2 || got["moe_down_q4_K"] != 2 || got["moe_tiles"] != 2 {
+	got := count(fl, 0)
+	if got["silu_mul_f32"] != 0 || got["mul_mm_id_q4_K"] != 0 || got["moe_gu_q4_K"] != 2 || got["moe_down_q6_K"] != 2 || got["moe_tiles"] != 2 {
 		t.Errorf("fused layer 0 launches %v", got)
 	}
 	f0, b0 := sumLaunches(ls, -2, ClassMoE, ClassStream)

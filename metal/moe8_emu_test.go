@@ -24,7 +24,9 @@ import (
 // product of the dequantized weights within the conformance suite's
 // TolBlock; on the thinker's shapes (hidden 2048, 128 experts top-8, expert
 // FFN 768) at 3 tokens, and on 130 tokens top-2 of 6 experts routed 0, 1,
-// 63, 64, 65 and 67 times. Experts whose down is not q4_K keep the half
+// 63, 64, 65 and 67 times; q4_K gate-up with q6_K down (clef quantize's
+// q4_k_m in half the layers) and q6_K experts take each format's int8
+// kernel. Experts whose down has no int8 kernel (q8_0) keep the half
 // kernels.
 func TestMoEInt8Emulated(t *testing.T) {
 	b := tensorEmulated(t)
@@ -37,11 +39,12 @@ func TestMoEInt8Emulated(t *testing.T) {
 		name        string
 		L, E, k     int
 		hidden, ffn int
+		guType      quant.Type
 		downType    quant.Type
 		route       func(r int) []int // experts of token r, best first
 		int8        bool
 	}{
-		{name: "thinker", L: 3, E: 128, k: 8, hidden: 2048, ffn: 768, downType: quant.Q4_K, int8: true,
+		{name: "thinker", L: 3, E: 128, k: 8, hidden: 2048, ffn: 768, guType: quant.Q4_K, downType: quant.Q4_K, int8: true,
 			route: func(r int) []int {
 				p := rng.Perm(8)
 				out := make([]int, 8)
@@ -50,14 +53,17 @@ func TestMoEInt8Emulated(t *testing.T) {
 				}
 				return out
 			}},
-		{name: "odd counts", L: 130, E: 6, k: 2, hidden: 256, ffn: 256, downType: quant.Q4_K, int8: true, route: oddRoute(rng)},
-		{name: "q6_K down", L: 10, E: 4, k: 2, hidden: 256, ffn: 256, downType: quant.Q6_K, int8: false,
+		{name: "odd counts", L: 130, E: 6, k: 2, hidden: 256, ffn: 256, guType: quant.Q4_K, downType: quant.Q4_K, int8: true, route: oddRoute(rng)},
+		{name: "q4_k_m: q6_K down", L: 3, E: 128, k: 8, hidden: 2048, ffn: 768, guType: quant.Q4_K, downType: quant.Q6_K, int8: true,
+			route: func(r int) []int { p := rng.Perm(128); return p[:8] }},
+		{name: "q6_K experts, odd counts", L: 130, E: 6, k: 2, hidden: 512, ffn: 256, guType: quant.Q6_K, downType: quant.Q6_K, int8: true, route: oddRoute(rng)},
+		{name: "q8_0 down", L: 10, E: 4, k: 2, hidden: 256, ffn: 256, guType: quant.Q4_K, downType: quant.Q8_0, int8: false,
 			route: func(r int) []int { p := rng.Perm(4); return p[:2] }},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			gate := q4kPatterns(rng, c.E, c.ffn, c.hidden, quant.Q4_K)
-			up := q4kPatterns(rng, c.E, c.ffn, c.hidden, quant.Q4_K)
+			gate := q4kPatterns(rng, c.E, c.ffn, c.hidden, c.guType)
+			up := q4kPatterns(rng, c.E, c.ffn, c.hidden, c.guType)
 			down := q4kPatterns(rng, c.E, c.hidden, c.ffn, c.downType)
 			ex := backend.Experts{}
 			for _, p := range []struct {
@@ -97,16 +103,16 @@ func TestMoEInt8Emulated(t *testing.T) {
 				t.Fatal(err)
 			}
 			out, idv, wv, ran := runMoE(t, b, xt, ids, ws, ex)
-			for _, k := range []string{"moe_gu_t8_q4_K", "moe_down_t8_q4_K", "quant_q8k_rows"} {
+			sg, _ := kernelSuffix(c.guType)
+			sd, _ := kernelSuffix(c.downType)
+			for _, k := range []string{"moe_gu_t8_" + sg, "moe_down_t8_" + sd, "quant_q8k_rows"} {
 				if ran(k) != c.int8 {
 					t.Errorf("%s dispatched: %v, want %v", k, ran(k), c.int8)
 				}
 			}
-			if !c.int8 && (!ran("moe_gu_t_q4_K") || !ran("moe_down_t_q6_K")) {
-				t.Error("q4_K gate-up with q6_K down: the half tensor kernels were not dispatched")
-			}
-			if c.int8 && (ran("moe_gu_t_q4_K") || ran("moe_down_t_q4_K")) {
-				t.Error("the half tensor kernels ran for q4_K experts")
+			gh, dh := ran("moe_gu_t_"+sg), ran("moe_down_t_"+sd)
+			if c.int8 && (gh || dh) || !c.int8 && !(gh && dh) {
+				t.Errorf("half tensor kernels moe_gu_t_%s and moe_down_t_%s dispatched: %v and %v, want %v", sg, sd, gh, dh, !c.int8)
 			}
 			mirror, exact := moeRefs(t, c.L, c.k, c.hidden, c.ffn, x, idv, wv, gate, up, down)
 			for i, v := range out {
@@ -114,7 +120,11 @@ func TestMoEInt8Emulated(t *testing.T) {
 					t.Fatalf("NaN at row %d column %d", i/c.hidden, i%c.hidden)
 				}
 			}
-			t.Logf("NMSE %.3g against the exact product, %.3g against the CPU's arithmetic", conformance.NMSE(out, exact), conformance.NMSE(out, mirror))
+			if c.int8 {
+				t.Logf("NMSE %.3g against the exact product, %.3g against the CPU's arithmetic", conformance.NMSE(out, exact), conformance.NMSE(out, mirror))
+			} else { // mirror multiplies q8_K activations: not the half kernels' arithmetic
+				t.Logf("NMSE %.3g against the exact product", conformance.NMSE(out, exact))
+			}
 			if e := conformance.NMSE(out, exact); !(e <= conformance.TolBlock) {
 				t.Errorf("NMSE %.3g against the exact product > TolBlock %g", e, conformance.TolBlock)
 			}
@@ -175,6 +185,8 @@ func q4kPatterns(rng *rand.Rand, E, rows, cols int, typ quant.Type) *expertPatte
 				binary.LittleEndian.PutUint16(blk[2:], quant.Float32ToFloat16(float32(1+rng.Float64())/(1<<12)))
 			case quant.Q6_K: // d at the end: w = d·sc·q, |sc·q| <= 128·32
 				binary.LittleEndian.PutUint16(blk[208:], quant.Float32ToFloat16(float32(1+rng.Float64())/(1<<16)))
+			case quant.Q8_0: // d first: w = d·q, |q| <= 128
+				binary.LittleEndian.PutUint16(blk, quant.Float32ToFloat16(float32(1+rng.Float64())/(1<<12)))
 			}
 		}
 		p.pat = append(p.pat, m)

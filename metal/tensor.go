@@ -51,15 +51,16 @@ type tensorLibraryGPU interface {
 // values fit half once dequantized (f32 weights and activations keep the
 // f32 kernels, whose tolerance is float32 arithmetic; bf16 ranges beyond
 // half), but for those of the int8 path (tensorInt8Types).
-var tensorTypes = []quant.Type{quant.F16, quant.Q8_0, quant.Q6_K, quant.Q5_K, quant.MLXAffine4, quant.MLXAffine8}
+var tensorTypes = []quant.Type{quant.F16, quant.Q8_0, quant.Q5_K, quant.MLXAffine4, quant.MLXAffine8}
 
 // tensorInt8Types are the weight types of the int8 tensor path
 // (shaders/tensor_q8.metal): x is quantized to q8_K rows (q8kKernel,
 // byte-identical with the CPU reference's activations) and mul_mm_t8_*
 // multiplies the weights' integer codes with them in int8 x int8 -> int32
 // matmul2d, giving quant.VecDot's value of every output (the conformance
-// suite's TolBlock, as the CPU backend).
-var tensorInt8Types = []quant.Type{quant.Q4_K}
+// suite's TolBlock, as the CPU backend). q6_K is there for clef quantize's
+// q4_k_m, which stores attn_v in q6_K in half the layers.
+var tensorInt8Types = []quant.Type{quant.Q4_K, quant.Q6_K}
 
 // Tiles of mul_mm_t_* and mul_mm_t8_*: weight rows and tokens per
 // threadgroup.
@@ -108,7 +109,9 @@ var tensorMoETypes = []quant.Type{quant.F16, quant.Q8_0, quant.Q5_1, quant.Q5_0,
 // (tensor_moe.metal moe_gu_t8_*, moe_down_t8_*: weight codes times the q8_K
 // codes of the activations, which quant_q8k_rows writes); on the tensor path
 // they take these instead of moe_gu_t_*/moe_down_t_* (tensorMoE8Kernels).
-var tensorMoE8Types = []quant.Type{quant.Q4_K}
+// q6_K is there for clef quantize's q4_k_m, whose ffn_down_exps are q6_K in
+// half the layers (with q4_K gate and up: the pair mixes formats).
+var tensorMoE8Types = []quant.Type{quant.Q4_K, quant.Q6_K}
 
 // q8kKernel is the activation quantizer of the int8 kernels
 // (tensor_q8.metal): f32 rows into quant's q8_K blocks.
@@ -251,19 +254,24 @@ func (b *Backend) tensorMoEKernels(t quant.Type) (gu, down string, ok bool) {
 // tensorMoE8Kernels returns the int8 tensor kernels (gate-up, down) for
 // experts whose gate and up are of type gu and down of type down, on rows
 // of hidden inputs and ffn hidden units, when this open takes their tensor
-// family: both types int8 ones (h passes between the two as f32, quantized
-// to q8_K, where the half kernels pass it in half, so the pair is taken
-// together) and hidden and ffn whole q8_K blocks (256).
+// family: both types int8 ones, not necessarily the same (h passes between
+// the two as q8_K rows, whatever the formats, where the half kernels pass
+// it in half, so the pair is taken together) and hidden and ffn whole q8_K
+// blocks (256).
 func (b *Backend) tensorMoE8Kernels(gu, down quant.Type, hidden, ffn int) (string, string, bool) {
-	if gu != down || !slices.Contains(tensorMoE8Types, gu) || hidden%256 != 0 || ffn%256 != 0 ||
+	if !slices.Contains(tensorMoE8Types, gu) || !slices.Contains(tensorMoE8Types, down) || hidden%256 != 0 || ffn%256 != 0 ||
 		!b.tensorFamilyOn(tensorFamilyMoE8) {
 		return "", "", false
 	}
-	s, err := kernelSuffix(gu)
+	sg, err := kernelSuffix(gu)
 	if err != nil {
 		return "", "", false
 	}
-	return "moe_gu_t8_" + s, "moe_down_t8_" + s, true
+	sd, err := kernelSuffix(down)
+	if err != nil {
+		return "", "", false
+	}
+	return "moe_gu_t8_" + sg, "moe_down_t8_" + sd, true
 }
 
 // tensorAttnKernel returns the tensor attention kernel for head size d when

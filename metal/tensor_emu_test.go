@@ -18,8 +18,10 @@ import (
 // (CLEF_METAL_TENSOR=1), the prefill matmuls of q5_K, q8_0 and f16 weights
 // run mul_mm_t_* and agree with the float64 product of the dequantized
 // weights within the conformance suite's f16 bound (weights are staged in
-// half), and q4_K runs the int8 path (mul_mm_t8_q4_K on q8_K activations,
-// as the CPU reference multiplies it) within the block formats' bound, on
+// half), and q4_K and q6_K run the int8 path (mul_mm_t8_q4_K and
+// mul_mm_t8_q6_K on q8_K activations, as the CPU reference multiplies them;
+// q6_K: clef quantize q4_k_m's attn_v, 2048 -> 512) within the block
+// formats' bound, on
 // odd shapes and on the model's hidden size; few tokens and f32 weights
 // keep the other kernels.
 func TestTensorPathEmulated(t *testing.T) {
@@ -42,6 +44,8 @@ func TestTensorPathEmulated(t *testing.T) {
 		{quant.Q5_K, 70, 37, 256},
 		{quant.Q5_K, 200, 131, 2048},
 		{quant.Q4_K, 70, 37, 256},
+		{quant.Q6_K, 70, 37, 256},
+		{quant.Q6_K, 512, 67, 2048},
 		{quant.Q8_0, 67, 140, 2048},
 		{quant.F16, 45, 129, 101},
 	} {

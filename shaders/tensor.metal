@@ -107,8 +107,8 @@ static inline void mul_mm_t_impl(constant kargs_matmul &args, device const uchar
 
 kernel void mul_mm_t_f16(MMT_PARAMS) { MMT_CALL(fmt_f16); }
 kernel void mul_mm_t_q8_0(MMT_PARAMS) { MMT_CALL(fmt_q8_0); }
-kernel void mul_mm_t_q6_K(MMT_PARAMS) { MMT_CALL(fmt_q6_K); }
 kernel void mul_mm_t_q5_K(MMT_PARAMS) { MMT_CALL(fmt_q5_K); }
-// q4_K takes the int8 path: tensor_q8.metal mul_mm_t8_q4_K on q8_K activations.
+// q4_K and q6_K take the int8 path: tensor_q8.metal mul_mm_t8_q4_K and
+// mul_mm_t8_q6_K on q8_K activations.
 kernel void mul_mm_t_mlx4(MMT_PARAMS) { MMT_CALL(fmt_mlx4); }
 kernel void mul_mm_t_mlx8(MMT_PARAMS) { MMT_CALL(fmt_mlx8); }

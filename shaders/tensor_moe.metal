@@ -30,17 +30,18 @@
 // go through threadgroup memory as in the shader kernels (a tensor operand
 // cannot gather).
 //
-// q4_K experts take the int8 kernels at the end of the file on the tensor
-// path (moe_gu_t8_q4_K, moe_down_t8_q4_K: q8_K activations, int8 matmul2d,
-// with quant_q8k_rows_h quantizing h from half);
-// moe_gu_t_q4_K and moe_down_t_q4_K remain for an open whose int8 pipelines
-// failed.
+// q4_K and q6_K experts take the int8 kernels at the end of the file on the
+// tensor path (moe_gu_t8_<fmt>, moe_down_t8_<fmt>: q8_K activations, int8
+// matmul2d, with quant_q8k_rows_h quantizing h from half); moe_gu_t_q4_K,
+// moe_down_t_q4_K and the q6_K twins remain for an open whose int8
+// pipelines failed.
 #include <metal_stdlib>
 #include <metal_tensor>
 #include <MetalPerformancePrimitives/MetalPerformancePrimitives.h>
 #include "kargs.h"
 #include "q8k.h"
 #include "quants.h"
+#include "t8w.h"
 using namespace metal;
 
 #define TMOE_BN 64    // tokens per tile (moe_tiles' MOE_BN)
@@ -324,44 +325,58 @@ kernel void moe_down_t_q2_K(TMOE_DOWN_PARAMS(ushort)) { TMOE_DOWN_CALL(fmt_q2_K,
 kernel void moe_down_t_mlx4(TMOE_DOWN_PARAMS(ushort)) { TMOE_DOWN_CALL(fmt_mlx4, ushort); }
 kernel void moe_down_t_mlx8(TMOE_DOWN_PARAMS(ushort)) { TMOE_DOWN_CALL(fmt_mlx8, ushort); }
 
-// ---- The int8 path: q4_K experts on int8 x int8 -> int32 matmul2d ----------
+// ---- The int8 path: q4_K and q6_K experts on int8 x int8 -> int32 matmul2d
 //
-//   moe_gu_t8_q4_K:   h[entry][m] = SiLU(x Wgᵀ) * (x Wuᵀ) in half (as the
-//                     half kernels store h), x the token's q8_K row
-//                     (quant_q8k_rows over the chunk's normed rows, one
-//                     launch per layer);
-//   moe_down_t8_q4_K: y[entry][m] = h Wdᵀ in bf16 bits (summed in f32, read
-//                     by moe_combine_bf16), h the entry's q8_K row
-//                     (tensor_q8.metal's quant_q8k_rows_h over every routed
-//                     entry's h).
+//   moe_gu_t8_<fmt>:   h[entry][m] = SiLU(x Wgᵀ) * (x Wuᵀ) in half (as the
+//                      half kernels store h), x the token's q8_K row
+//                      (quant_q8k_rows over the chunk's normed rows, one
+//                      launch per layer);
+//   moe_down_t8_<fmt>: y[entry][m] = h Wdᵀ in bf16 bits (summed in f32, read
+//                      by moe_combine_bf16), h the entry's q8_K row
+//                      (tensor_q8.metal's quant_q8k_rows_h over every routed
+//                      entry's h).
+// fmt is q4_K or q6_K (t8w.h). What passes from gate-up to down does not
+// depend on either kernel's format: h is half rows of M (the FFN width)
+// whatever the gate/up experts are, quantized by quant_q8k_rows_h to q8_K
+// rows, and the down kernels read only q8_K rows; so a layer may pair
+// moe_gu_t8_q4_K with moe_down_t8_q6_K (llama.cpp's Q4_K_M stores
+// ffn_down_exps as q6_K in half the layers).
 //
 // Bindings, grids and tile table as moe_gu_t_* / moe_down_t_* (32 gate and
 // 32 up rows, or 64 down rows, over one 64-token tile per threadgroup of 128
 // threads), except that x (buffer 4) is q8_K rows of x_stride BYTES each,
-// h (moe_gu_t8's buffer 5) is half and y (moe_down_t8's) bf16. K must be
-// a multiple of 256 (the host chooses the kernels only then; any other K
-// returns at once).
+// h (moe_gu_t8's buffer 5) is half and y (moe_down_t8's) bf16; buffers 2, 3
+// (10, 11) are not read. K must be a multiple of 256 (the host chooses the
+// kernels only then; any other K returns at once).
 //
-// Both sides are integers: the weight codes q (0..15) of a q4_K sub-block of
-// 32 and the activation codes a (int8) of q8_K. A K step of 128 (half a
-// super-block, 4 sub-blocks) stages 64 weight rows' codes and the tile's 64
-// tokens' codes as int8 into threadgroup memory (weights: two nibble masks
-// of each qs word; activations: straight 32-bit copies of the gathered
-// rows, which a tensor operand cannot gather), with the super-block's
-// scales and minimums (per row: d, dmin, sc[8], m[8]) and per token d_x and
-// the 32-wide sums of a (bsums, per 16 in q8_K, added in pairs) at the
-// first step of each super-block. Then per sub-block j one int8 matmul2d
-// (mode multiply) gives I_j[row][token] = Σ q·a in an int32 cooperative
-// tensor, and the integer epilogue adds sc_j·I_j into an int32 accumulator
-// of the same operation. Once per super-block a float step adds
+// Both sides are integers: the weight codes q of a sub-block (q4_K: 32
+// values, codes 0..15; q6_K: 16 values, codes − 32 in [-32, 31]) and the
+// activation codes a (int8) of q8_K. A K step of 128 (half a super-block:
+// 4 sub-blocks of q4_K, 8 of q6_K) stages 64 weight rows' codes and the
+// tile's 64 tokens' codes as int8 into threadgroup memory (weights: t8w.h's
+// codes64, one 64-value chunk per thread; activations: straight 32-bit
+// copies of the gathered rows, which a tensor operand cannot gather), with,
+// at the first step of each super-block, the super-block's scales (per row:
+// d, the NSUB scales, and for q4_K dmin and m[8]) and per token d_x (and
+// for q4_K the 32-wide sums of a: bsums, per 16 in q8_K, added in pairs).
+// Then per sub-block j one int8 matmul2d (mode multiply, k = 32 or 16)
+// gives I_j[row][token] = Σ q·a in an int32 cooperative tensor, and the
+// integer epilogue adds sc_j·I_j into an int32 accumulator of the same
+// operation. Once per super-block a float step adds
 //   d_x·d·float(Σ_j sc_j·I_j) − d_x·dmin·float(Σ_j m_j·bsum_j)
-// (the expression of quant's q4_K · q8_K dot product, in its order) to the
-// f32 accumulator. The integer accumulator stays inside int32: |a| <= 128
-// (quant_q8k_rows writes codes in [-127, 127]), q <= 15 and sc <= 63 (6
-// bits), so |I_j| <= 32·15·128 = 61440 and |Σ_{j<8} sc_j·I_j| <= 8·63·61440
-// = 30965760 < 2^31 − 1 (the bound holds for 69 super-blocks, the
-// accumulator spans one); the min term |Σ_j m_j·bsum_j| <= 8·63·(32·128) =
-// 2064384.
+// (the expression of quant's K-quant · q8_K dot product, in its order; q6_K
+// has no second term, t8w.h's t8_fstep says why dropping it changes no
+// bit) to the f32 accumulator.
+//
+// int32 bounds (one super-block; the accumulator is reset after each):
+// |a| <= 128 (quant_q8k_rows writes codes in [-127, 127]).
+//   q4_K: q <= 15 and sc <= 63 (6 bits), so |I_j| <= 32·15·128 = 61440 and
+//   |Σ_{j<8} sc_j·I_j| <= 8·63·61440 = 30965760 < 2^31 − 1 (69x headroom);
+//   the min term |Σ_j m_j·bsum_j| <= 8·63·(32·128) = 2064384.
+//   q6_K: |q − 32| <= 32 and |sc| <= 128 (int8), so |I_j| <= 16·32·128 =
+//   65536 and |Σ_{j<16} sc_j·I_j| <= 16·128·65536 = 2^27 = 134217728 <
+//   2^31 − 1 (16x headroom).
+// Sums past 2^24 round in float(a) as quant's float32(si) rounds them.
 //
 // Cooperative tensors combine elementwise only when they come from the same
 // matmul2d object (one layout): I, the integer accumulator and the f32
@@ -372,29 +387,24 @@ kernel void moe_down_t_mlx8(TMOE_DOWN_PARAMS(ushort)) { TMOE_DOWN_CALL(fmt_mlx8,
 // zeros (codes, d_x, bsums) for its dead tokens and the last row tile zeros
 // for its dead rows, so every element is finite; only live (row, token)
 // elements are written, straight to the entry's row.
-#define TM8_KS 128           // K step: 4 sub-blocks of 32
+//
+// Threadgroup memory (TM8_SHARED): codes 2 x 64 x 144 = 18,432 B, rows and
+// outs 512 B, d (and dmin) 512 B, d_x 256 B; q4_K: scales and minimums 2 x
+// 512 B, sums 1 KiB: 21,760 B; q6_K: scales 1 KiB: 20,742 B (4 B of unused
+// minimums and 2 of sums). Two barriers per K step of 128 (one per 4
+// sub-blocks of q4_K, per 8 of q6_K), one more at the start (the tile's
+// rows).
+#define TM8_KS 128           // K step: half a super-block
 #define TM8_LD (TM8_KS + 16) // row stride of the staged int8 tiles in bytes
 #define TM8_ROWS 64          // weight rows staged per step (gate + up, or down)
 
-// The operation of both kernels: I (64 tokens x BM rows) = x codes (64 x 32)
-// * weight codes (BM x 32)ᵀ, one sub-block, overwriting I.
-template <int BM>
+// The operation of both kernels: I (64 tokens x BM rows) = x codes (64 x
+// SUB) * weight codes (BM x SUB)ᵀ, one sub-block, overwriting I.
+template <int BM, int SUB>
 using tm8_matmul = mpp::tensor_ops::matmul2d<
-    mpp::tensor_ops::matmul2d_descriptor(TMOE_BN, BM, 32, false, true, false,
+    mpp::tensor_ops::matmul2d_descriptor(TMOE_BN, BM, SUB, false, true, false,
                                          mpp::tensor_ops::matmul2d_descriptor::mode::multiply),
     execution_simdgroups<4>>;
-
-// tm8_stage_w writes the 64 codes of chunk c (0..3: sub-blocks 2c, 2c+1) of
-// the q4_K block blk to dst as int8: dst[0..31] the low nibbles, dst[32..63]
-// the high ones (zeros for a dead row).
-static inline void tm8_stage_w(device const uchar *blk, int c, bool live, threadgroup int8_t *dst) {
-  threadgroup uint *lo = (threadgroup uint *)dst;
-  for (int j = 0; j < 8; j++) {
-    const uint q = live ? ld_u32(blk + 16 + 32 * c + 4 * j) : 0u;
-    lo[j] = q & 0x0f0f0f0fu;
-    lo[8 + j] = (q >> 4) & 0x0f0f0f0fu;
-  }
-}
 
 // tm8_stage_x copies the 64 codes of the q8_K row xr from column k (a
 // multiple of 64) to dst (zeros for a dead token).
@@ -403,38 +413,6 @@ static inline void tm8_stage_x(device const uchar *xr, int k, bool live, threadg
   threadgroup uint *d = (threadgroup uint *)dst;
   for (int j = 0; j < 16; j++) {
     d[j] = live ? ld_u32(q + 4 * j) : 0u;
-  }
-}
-
-// tm8_stage_wmeta stores row r's super-block scales of the q4_K block blk:
-// wd[2r], wd[2r+1] = d, dmin; the bytes of sc[8] at wsc[2r..2r+1] and of
-// m[8] at wm[2r..2r+1] (the 6-bit fields of scales[12], four at a time).
-static inline void tm8_stage_wmeta(device const uchar *blk, bool live, int r, threadgroup float *wd, threadgroup uint *wsc,
-                                  threadgroup uint *wm) {
-  if (!live) {
-    wd[2 * r] = 0.0f;
-    wd[2 * r + 1] = 0.0f;
-    wsc[2 * r] = wsc[2 * r + 1] = wm[2 * r] = wm[2 * r + 1] = 0u;
-    return;
-  }
-  const uint dd = ld_u32(blk), s0 = ld_u32(blk + 4), s1 = ld_u32(blk + 8), s2 = ld_u32(blk + 12);
-  wd[2 * r] = f16_lo(dd);
-  wd[2 * r + 1] = f16_hi(dd);
-  // j < 4: sc = s[j] & 63, m = s[j+4] & 63; j >= 4: the low 4 bits from
-  // s[j+4], the high 2 from the top of s[j-4] (sc) or s[j] (m).
-  wsc[2 * r] = s0 & 0x3f3f3f3fu;
-  wm[2 * r] = s1 & 0x3f3f3f3fu;
-  wsc[2 * r + 1] = (s2 & 0x0f0f0f0fu) | ((s0 >> 2) & 0x30303030u);
-  wm[2 * r + 1] = ((s2 >> 4) & 0x0f0f0f0fu) | ((s1 >> 2) & 0x30303030u);
-}
-
-// tm8_stage_xmeta stores token t's d_x (xd[t]) and the 8 sums of its codes
-// per 32 (xbs[8t..8t+7]) of the q8_K block blk (zeros for a dead token).
-static inline void tm8_stage_xmeta(device const uchar *blk, bool live, int t, threadgroup float *xd, threadgroup short *xbs) {
-  xd[t] = live ? as_type<float>(ld_u32(blk)) : 0.0f;
-  for (int j = 0; j < 8; j++) {
-    const uint u = live ? ld_u32(blk + 260 + 4 * j) : 0u; // bsums[2j] | bsums[2j+1] << 16
-    xbs[8 * t + j] = short(int(as_type<short>(ushort(u & 0xffffu))) + int(as_type<short>(ushort(u >> 16))));
   }
 }
 
@@ -449,23 +427,10 @@ static inline device const uchar *tm8_wrow(constant kargs_matmul &args, device c
   return (GU && r >= TMOE_GU_BM ? w1 : w0) + eo + (ulong)(live ? m0 + rr : 0) * args.row_bytes;
 }
 
-// tm8_fstep is the super-block's float step of element i of one product: f
-// (float bits) += d_x·d·float(a) − d_x·dmin·float(Σ_j m_j·bsum_j), then a = 0.
-template <typename C>
-static inline void tm8_fstep(thread C &a, thread C &f, ushort i, float dxv, threadgroup const float *wd,
-                            threadgroup const uchar *mb, threadgroup const short *bs, int row) {
-  int sm = 0;
-  for (int j = 0; j < 8; j++) {
-    sm += int(mb[8 * row + j]) * int(bs[j]);
-  }
-  const float dv = wd[2 * row], dmv = wd[2 * row + 1];
-  f[i] = as_type<int>(as_type<float>(f[i]) + (dxv * dv * float(a[i]) - dxv * dmv * float(sm)));
-  a[i] = 0;
-}
-
-// moe_t8_impl is both kernels: GU (gate w0 and up w1, 32 rows each, h =
-// SiLU(g)·u) or down (w0, 64 rows), writing Y (half h, bf16 bits y).
-template <bool GU, typename Y>
+// moe_t8_impl is both kernels for weight format F (t8w.h): GU (gate w0 and
+// up w1, 32 rows each, h = SiLU(g)·u) or down (w0, 64 rows), writing Y
+// (half h, bf16 bits y).
+template <typename F, bool GU, typename Y>
 static inline void moe_t8_impl(constant kargs_matmul &args, device const uchar *w0, device const uchar *w1,
                                device const uchar *xq, device Y *y, device const int *counts, device const int *lists,
                                device const int *tiles, threadgroup int8_t *sw, threadgroup int8_t *sx, threadgroup float *wd,
@@ -479,6 +444,7 @@ static inline void moe_t8_impl(constant kargs_matmul &args, device const uchar *
     return; // uniform: the whole tile is past this expert's list
   }
   constexpr int BM = GU ? TMOE_GU_BM : TMOE_DN_BM;
+  constexpr int SPS = TM8_KS / F::SUB; // sub-blocks per step
   const int m0 = tgpig.x * BM;
   const int nrows = min(BM, args.M - m0);
   const ulong eo = (ulong)e * args.expert_bytes;
@@ -501,12 +467,12 @@ static inline void moe_t8_impl(constant kargs_matmul &args, device const uchar *
   const int mrow = meta_row ? 0 : rows[mi];
   mlive = meta_row ? mlive : mrow >= 0;
   device const uchar *mx = xq + (ulong)(mrow < 0 ? 0 : mrow) * args.x_stride;
-  threadgroup const uchar *scb = (threadgroup const uchar *)wsc;
+  threadgroup const int8_t *scb = (threadgroup const int8_t *)wsc;
   threadgroup const uchar *mb = (threadgroup const uchar *)wm;
 
-  tm8_matmul<BM> mm;
-  auto tx0 = tensor(sx, dextents<int32_t, 2>(32, TMOE_BN), array<int, 2>({1, TM8_LD}));
-  auto tw0 = tensor(sw, dextents<int32_t, 2>(32, BM), array<int, 2>({1, TM8_LD}));
+  tm8_matmul<BM, F::SUB> mm;
+  auto tx0 = tensor(sx, dextents<int32_t, 2>(F::SUB, TMOE_BN), array<int, 2>({1, TM8_LD}));
+  auto tw0 = tensor(sw, dextents<int32_t, 2>(F::SUB, BM), array<int, 2>({1, TM8_LD}));
   // I0, a0, f0: gate (or down); I1, a1, f1: up (GU only). f* hold float bits.
   auto I0 = mm.template get_destination_cooperative_tensor<decltype(tx0), decltype(tw0), int32_t>();
   auto a0 = mm.template get_destination_cooperative_tensor<decltype(tx0), decltype(tw0), int32_t>();
@@ -523,23 +489,24 @@ static inline void moe_t8_impl(constant kargs_matmul &args, device const uchar *
     }
   }
   for (int k0 = 0; k0 < args.K; k0 += TM8_KS) {
-    const int blk = k0 / 256, sb0 = (k0 % 256) / 32; // sb0: 0 or 4
-    if (sb0 == 0) {
+    const int blk = k0 / 256, half2 = (k0 % 256) / TM8_KS; // half2: first (0) or second (1) half
+    const int sb0 = half2 * SPS;                           // the step's first sub-block
+    if (half2 == 0) {
       if (meta_row) {
-        tm8_stage_wmeta(mw + 144 * blk, mlive, mi, wd, wsc, wm);
+        F::meta(mw + F::BLOCK * blk, mlive, wd + 2 * mi, wsc + mi * (F::NSUB / 4), wm + (F::MINS ? 2 * mi : 0));
       } else {
-        tm8_stage_xmeta(mx + Q8K_BYTES * blk, mlive, mi, xd, xbs);
+        t8_stage_xmeta<F>(mx + Q8K_BYTES * blk, mlive, mi, xd, xbs);
       }
     }
-    tm8_stage_w(wr + 144 * blk, sb0 / 2 + p, wlive, wdst);
+    F::codes64(wr + F::BLOCK * blk, 2 * half2 + p, wlive, wdst);
     tm8_stage_x(xr, k0 + 64 * p, xlive, xdst);
     threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (int s = 0; s < 4; s++) {
-      auto tx = tensor(sx + 32 * s, dextents<int32_t, 2>(32, TMOE_BN), array<int, 2>({1, TM8_LD}));
-      auto tw = tensor(sw + 32 * s, dextents<int32_t, 2>(32, BM), array<int, 2>({1, TM8_LD}));
+    for (int s = 0; s < SPS; s++) {
+      auto tx = tensor(sx + F::SUB * s, dextents<int32_t, 2>(F::SUB, TMOE_BN), array<int, 2>({1, TM8_LD}));
+      auto tw = tensor(sw + F::SUB * s, dextents<int32_t, 2>(F::SUB, BM), array<int, 2>({1, TM8_LD}));
       mm.run(tx, tw, I0);
       if (GU) {
-        auto tu = tensor(sw + TMOE_GU_BM * TM8_LD + 32 * s, dextents<int32_t, 2>(32, BM), array<int, 2>({1, TM8_LD}));
+        auto tu = tensor(sw + TMOE_GU_BM * TM8_LD + F::SUB * s, dextents<int32_t, 2>(F::SUB, BM), array<int, 2>({1, TM8_LD}));
         mm.run(tx, tu, I1);
       }
       // Integer epilogue: a += sc_j(row) * I_j.
@@ -548,13 +515,13 @@ static inline void moe_t8_impl(constant kargs_matmul &args, device const uchar *
           continue;
         }
         const int row = I0.get_multidimensional_index(i)[0];
-        a0[i] += int(scb[8 * row + sb0 + s]) * I0[i];
+        a0[i] += int(scb[F::NSUB * row + sb0 + s]) * I0[i];
         if (GU) {
-          a1[i] += int(scb[8 * (TMOE_GU_BM + row) + sb0 + s]) * I1[i];
+          a1[i] += int(scb[F::NSUB * (TMOE_GU_BM + row) + sb0 + s]) * I1[i];
         }
       }
     }
-    if (sb0 == 4) {
+    if (half2 == 1) {
       // The super-block's float step, then a fresh integer accumulator.
       for (ushort i = 0; i < a0.get_capacity(); i++) {
         if (!a0.is_valid_element(i)) {
@@ -562,10 +529,11 @@ static inline void moe_t8_impl(constant kargs_matmul &args, device const uchar *
         }
         const array<int, 2> ix = a0.get_multidimensional_index(i); // (row in the tile, token)
         const float dxv = xd[ix[1]];
-        threadgroup const short *bs = xbs + 8 * ix[1];
-        tm8_fstep(a0, f0, i, dxv, wd, mb, bs, ix[0]);
+        threadgroup const short *bs = xbs + (F::MINS ? 8 * ix[1] : 0);
+        t8_fstep<F>(a0, f0, i, dxv, wd + 2 * ix[0], mb + (F::MINS ? 8 * ix[0] : 0), bs);
         if (GU) {
-          tm8_fstep(a1, f1, i, dxv, wd, mb, bs, TMOE_GU_BM + ix[0]);
+          const int ur = TMOE_GU_BM + ix[0];
+          t8_fstep<F>(a1, f1, i, dxv, wd + 2 * ur, mb + (F::MINS ? 8 * ur : 0), bs);
         }
       }
     }
@@ -600,23 +568,20 @@ static inline void moe_t8_impl(constant kargs_matmul &args, device const uchar *
       device const uchar *x [[buffer(4)]], device ushort *y [[buffer(5)]], device const int *counts [[buffer(6)]], \
       device const int *lists [[buffer(7)]], device const int *tiles [[buffer(8)]],                     \
       uint3 tgpig [[threadgroup_position_in_grid]], ushort tiitg [[thread_index_in_threadgroup]]
-#define TM8_SHARED                                                                                      \
+// Threadgroup arrays may only be declared in entry-point functions.
+#define TM8_CALL(F, GU, Y, W0, W1, OUT)                                                                   \
   threadgroup int8_t sw[TM8_ROWS * TM8_LD];                                                             \
   threadgroup int8_t sx[TMOE_BN * TM8_LD];                                                              \
   threadgroup float wd[2 * TM8_ROWS];                                                                   \
-  threadgroup uint wsc[2 * TM8_ROWS];                                                                   \
-  threadgroup uint wm[2 * TM8_ROWS];                                                                    \
+  threadgroup uint wsc[TM8_ROWS * F::NSUB / 4];                                                         \
+  threadgroup uint wm[F::MINS ? 2 * TM8_ROWS : 1];                                                      \
   threadgroup float xd[TMOE_BN];                                                                        \
-  threadgroup short xbs[8 * TMOE_BN];                                                                   \
+  threadgroup short xbs[F::MINS ? 8 * TMOE_BN : 1];                                                     \
   threadgroup int rows[TMOE_BN];                                                                        \
-  threadgroup int outs[TMOE_BN]
+  threadgroup int outs[TMOE_BN];                                                                        \
+  moe_t8_impl<F, GU, Y>(args, W0, W1, x, OUT, counts, lists, tiles, sw, sx, wd, wsc, wm, xd, xbs, rows, outs, tgpig, tiitg)
 
-kernel void moe_gu_t8_q4_K(TM8_GU_PARAMS) {
-  TM8_SHARED;
-  moe_t8_impl<true, half>(args, gw, uw, x, h, counts, lists, tiles, sw, sx, wd, wsc, wm, xd, xbs, rows, outs, tgpig, tiitg);
-}
-kernel void moe_down_t8_q4_K(TM8_DOWN_PARAMS) {
-  TM8_SHARED;
-  moe_t8_impl<false, ushort>(args, w, w, x, y, counts, lists, tiles, sw, sx, wd, wsc, wm, xd, xbs, rows, outs, tgpig, tiitg);
-}
-
+kernel void moe_gu_t8_q4_K(TM8_GU_PARAMS) { TM8_CALL(t8w_q4_K, true, half, gw, uw, h); }
+kernel void moe_down_t8_q4_K(TM8_DOWN_PARAMS) { TM8_CALL(t8w_q4_K, false, ushort, w, w, y); }
+kernel void moe_gu_t8_q6_K(TM8_GU_PARAMS) { TM8_CALL(t8w_q6_K, true, half, gw, uw, h); }
+kernel void moe_down_t8_q6_K(TM8_DOWN_PARAMS) { TM8_CALL(t8w_q6_K, false, ushort, w, w, y); }

@@ -1,6 +1,7 @@
 package shaders_test
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -12,11 +13,11 @@ import (
 	"github.com/clefrt/clef/shaders"
 )
 
-// The int8 tensor MoE (tensor_moe.metal moe_gu_t8_q4_K, moe_down_t8_q4_K):
-// q4_K experts times q8_K activation rows on int8 matmul2d. The reference
-// is quant's q4_K · q8_K dot product (the CPU backend's), taken apart into
-// its integers in float64: per super-block d_x·d·Σ sc·Σ q·a − d_x·dmin·Σ
-// m·bsum. The kernel forms the same integers exactly and the same float
+// The int8 tensor MoE (tensor_moe.metal moe_gu_t8_<fmt>, moe_down_t8_<fmt>,
+// fmt each of t8Formats: q4_K, q6_K): experts times q8_K activation rows on
+// int8 matmul2d. The reference is quant's K-quant · q8_K dot product (the
+// CPU backend's), taken apart into its integers in float64: per super-block
+// d_x·d·Σ sc·Σ q·a − d_x·dmin·Σ m·bsum (no minimums in q6_K). The kernel forms the same integers exactly and the same float
 // expression per super-block, so it may differ from the float64 value only
 // by float32 rounding: a few roundings per super-block term and one per
 // addition, (nb + 6)·2^-24 of the sum of the terms' magnitudes.
@@ -38,19 +39,19 @@ func q8Rows(t *testing.T, x []float32, K, stride int) []byte {
 	return out
 }
 
-// q4kStack is E experts of M rows of K q4_K weights back to back; dead
-// experts (live false) are zero bytes.
-type q4kStack struct {
+// kStack is E experts of M rows of K weights of one t8Format back to back;
+// dead experts (live false) are zero bytes.
+type kStack struct {
 	data         []byte
 	M, K, rowLen int
 }
 
-func makeQ4KStack(t *testing.T, rng *rand.Rand, E, M, K int, live func(int) bool, extreme bool) *q4kStack {
-	rb, err := quant.RowBytes(quant.Q4_K, K)
+func makeKStack(t *testing.T, rng *rand.Rand, f t8Format, E, M, K int, live func(int) bool, extreme bool) *kStack {
+	rb, err := quant.RowBytes(f.typ, K)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &q4kStack{data: make([]byte, E*M*rb), M: M, K: K, rowLen: rb}
+	s := &kStack{data: make([]byte, E*M*rb), M: M, K: K, rowLen: rb}
 	for e := 0; e < E; e++ {
 		if !live(e) {
 			continue
@@ -59,39 +60,35 @@ func makeQ4KStack(t *testing.T, rng *rand.Rand, E, M, K int, live func(int) bool
 		for i := range w {
 			w[i] = float32(rng.NormFloat64() * 0.05)
 		}
-		if err := quant.Quantize(quant.Q4_K, s.data[e*M*rb:(e+1)*M*rb], w, nil); err != nil {
+		if err := quant.Quantize(f.typ, s.data[e*M*rb:(e+1)*M*rb], w, nil); err != nil {
 			t.Fatal(err)
 		}
 		if extreme {
-			// Row 0's blocks at the integer bounds: every scale and minimum
-			// 63, every code 15 (with x codes of ±127 the sub-block sums
-			// reach 60960, the super-block's Σ sc·I 30.7M).
+			// Row 0's blocks at the integer bounds (with x codes of ±127,
+			// q4_K's sub-block sums reach 60960, the super-block's Σ sc·I
+			// 30.7M; q6_K's 65024 and 133M).
 			for b := 0; b < K/256; b++ {
-				blk := s.data[e*M*rb+144*b : e*M*rb+144*b+144]
-				binary.LittleEndian.PutUint16(blk, quant.Float32ToFloat16(1.0/(1<<14)))
-				binary.LittleEndian.PutUint16(blk[2:], quant.Float32ToFloat16(1.0/(1<<12)))
-				for i := 4; i < 144; i++ {
-					blk[i] = 0xff
-				}
+				o := e*M*rb + f.block*b
+				f.extreme(s.data[o:o+f.block], b, 1.0/(1<<14), 1.0/(1<<12))
 			}
 		}
 	}
 	return s
 }
 
-func (s *q4kStack) row(e, m int) []byte {
+func (s *kStack) row(e, m int) []byte {
 	o := (e*s.M + m) * s.rowLen
 	return s.data[o : o+s.rowLen]
 }
 
-// q4kDot returns the float64 value of the kernel's sum for weight row w and
-// q8_K row x of K values, and its rounding bound.
-func q4kDot(w, x []byte, K int) (v, tol float64) {
+// kDot returns the float64 value of the kernel's sum for weight row w (of
+// format f) and q8_K row x of K values, and its rounding bound.
+func kDot(f t8Format, w, x []byte, K int) (v, tol float64) {
 	var kb quant.KBlock
 	var mag float64
 	nb := K / 256
 	for b := 0; b < nb; b++ {
-		kb.Decode(quant.Q4_K, w[144*b:144*b+144])
+		kb.Decode(f.typ, w[f.block*b:f.block*(b+1)])
 		a := x[292*b : 292*b+292]
 		dx := float64(math.Float32frombits(binary.LittleEndian.Uint32(a)))
 		var si, sm int64
@@ -180,11 +177,11 @@ func moe8Shapes(gu bool) []moe8Shape {
 	return sh
 }
 
-// moe8Case checks moe_gu_t8_q4_K (gu) or moe_down_t8_q4_K.
-func moe8Case(gu bool) kernelCase {
+// moe8Case checks moe_gu_t8_<f> (gu) or moe_down_t8_<f>.
+func moe8Case(f t8Format, gu bool) kernelCase {
 	return func(t *testing.T, h *mslemu.Harness, rng *rand.Rand) {
 		for _, sh := range moe8Shapes(gu) {
-			checkMoE8(t, h, rng, gu, sh)
+			checkMoE8(t, h, rng, f, gu, sh)
 			if t.Failed() {
 				return
 			}
@@ -192,36 +189,11 @@ func moe8Case(gu bool) kernelCase {
 	}
 }
 
-func checkMoE8(t *testing.T, h *mslemu.Harness, rng *rand.Rand, gu bool, sh moe8Shape) {
-	kernel, bm := "moe_down_t8_q4_K", 64
-	if gu {
-		kernel, bm = "moe_gu_t8_q4_K", 32
-	}
-	ids := sh.ids(rng)
-	used := map[int]bool{}
-	for _, e := range ids {
-		used[int(e)] = true
-	}
-	stored := 0
-	for e := range used {
-		stored = max(stored, e+1)
-	}
-	live := func(e int) bool { return used[e] }
-	w0 := makeQ4KStack(t, rng, stored, sh.M, sh.K, live, sh.extreme)
-	w1 := w0
-	if gu {
-		w1 = makeQ4KStack(t, rng, stored, sh.M, sh.K, live, false)
-	}
-	rowTiles := groups(sh.M, bm)
-	if sh.rowTiles > 0 {
-		rowTiles = min(rowTiles, sh.rowTiles)
-	}
-	rowsChecked := min(sh.M, bm*rowTiles)
-	g := gatherFor(rng, ids, sh.T, sh.E, sh.topk, rowTiles, sh.table)
-	entries := sh.T * sh.topk
+func checkMoE8(t *testing.T, h *mslemu.Harness, rng *rand.Rand, f t8Format, gu bool, sh moe8Shape) {
+	r := newMoE8Run(t, rng, f, gu, sh, sh.ids(rng))
 	xRows := sh.T // gate-up: a row per token; down: a row per entry
 	if !gu {
-		xRows = entries
+		xRows = r.entries
 	}
 	xf := randF32(rng, xRows*sh.K, 1)
 	if sh.extreme {
@@ -232,56 +204,123 @@ func checkMoE8(t *testing.T, h *mslemu.Harness, rng *rand.Rand, gu bool, sh moe8
 			}
 		}
 	}
-	xStride := sh.K/256*292 + 8
-	xq := q8Rows(t, xf, sh.K, xStride)
-	yStride := sh.M + 3
-	a := shaders.KargsMatmul{M: int32(sh.M), N: int32(sh.T), K: int32(sh.K), XStride: int32(xStride), YStride: int32(yStride),
-		RowBytes: uint64(w0.rowLen), ExpertBytes: uint64(sh.M * w0.rowLen), NExpert: int32(sh.E), TopK: int32(sh.topk),
-		XPerSlot: b2i32(!gu), Tiles: b2i32(sh.table)}
-	// h (gate-up) in half, y (down) in bf16, NaN before the launch (0x7fc0
-	// is NaN in both), with a guard band after the last row.
-	yb := nan16(entries*yStride + moeGuard)
-	bufs := []mslemu.Buffer{{Index: 0, Data: shaders.Bytes(&a)}, {Index: 1, Data: w0.data}, {Index: 2, Data: w0.data},
-		{Index: 3, Data: w0.data}, {Index: 4, Data: xq}, {Index: 5, Data: yb},
-		{Index: 6, Data: mslemu.I32(g.counts)}, {Index: 7, Data: mslemu.I32(g.lists)}, {Index: 8, Data: mslemu.I32(g.tiles)}}
+	r.xStride = sh.K/256*292 + 8
+	r.xq = q8Rows(t, xf, sh.K, r.xStride)
+	r.check(t, r.launch(t, h))
+}
+
+// moe8Run is one launch of moe_gu_t8_<f> or moe_down_t8_<f> and what checks
+// it: the routing, the weights (w1: up), the q8_K rows of x (xStride bytes
+// apart) and the output rows' stride (M + 3: padding the kernel must not
+// write).
+type moe8Run struct {
+	f                        t8Format
+	gu                       bool
+	sh                       moe8Shape
+	ids                      []int32
+	g                        moeGather
+	w0, w1                   *kStack
+	xq                       []byte
+	xStride, yStride         int
+	entries, rowsChecked, bm int
+}
+
+// newMoE8Run routes ids and makes the experts they use (row 0 at the
+// integer extreme with sh.extreme); x is the caller's.
+func newMoE8Run(t *testing.T, rng *rand.Rand, f t8Format, gu bool, sh moe8Shape, ids []int32) *moe8Run {
+	r := &moe8Run{f: f, gu: gu, sh: sh, ids: ids, bm: 64, entries: sh.T * sh.topk, yStride: sh.M + 3}
 	if gu {
-		bufs = append(bufs, mslemu.Buffer{Index: 9, Data: w1.data}, mslemu.Buffer{Index: 10, Data: w1.data},
-			mslemu.Buffer{Index: 11, Data: w1.data})
+		r.bm = 32
 	}
-	out := runJob(t, h, &mslemu.Job{Kernel: kernel, Grid: g.grid, Group: [3]int{128, 1, 1}, Orders: sh.orders, Buffers: bufs})
-	got := make([]float32, entries*yStride+moeGuard)
+	used := map[int]bool{}
+	for _, e := range ids {
+		used[int(e)] = true
+	}
+	stored := 0
+	for e := range used {
+		stored = max(stored, e+1)
+	}
+	live := func(e int) bool { return used[e] }
+	r.w0 = makeKStack(t, rng, f, stored, sh.M, sh.K, live, sh.extreme)
+	r.w1 = r.w0
+	if gu {
+		r.w1 = makeKStack(t, rng, f, stored, sh.M, sh.K, live, false)
+	}
+	rowTiles := groups(sh.M, r.bm)
+	if sh.rowTiles > 0 {
+		rowTiles = min(rowTiles, sh.rowTiles)
+	}
+	r.rowsChecked = min(sh.M, r.bm*rowTiles)
+	r.g = gatherFor(rng, ids, sh.T, sh.E, sh.topk, rowTiles, sh.table)
+	return r
+}
+
+func (r *moe8Run) kernel() string {
+	if r.gu {
+		return "moe_gu_t8_" + r.f.name
+	}
+	return "moe_down_t8_" + r.f.name
+}
+
+// launch runs the kernel and returns its output buffer: h (gate-up) in
+// half, y (down) in bf16, NaN before the launch (0x7fc0 is NaN in both),
+// with a guard band after the last row.
+func (r *moe8Run) launch(t *testing.T, h *mslemu.Harness) []byte {
+	sh := r.sh
+	a := shaders.KargsMatmul{M: int32(sh.M), N: int32(sh.T), K: int32(sh.K), XStride: int32(r.xStride), YStride: int32(r.yStride),
+		RowBytes: uint64(r.w0.rowLen), ExpertBytes: uint64(sh.M * r.w0.rowLen), NExpert: int32(sh.E), TopK: int32(sh.topk),
+		XPerSlot: b2i32(!r.gu), Tiles: b2i32(sh.table)}
+	yb := nan16(r.entries*r.yStride + moeGuard)
+	bufs := []mslemu.Buffer{{Index: 0, Data: shaders.Bytes(&a)}, {Index: 1, Data: r.w0.data}, {Index: 2, Data: r.w0.data},
+		{Index: 3, Data: r.w0.data}, {Index: 4, Data: r.xq}, {Index: 5, Data: yb},
+		{Index: 6, Data: mslemu.I32(r.g.counts)}, {Index: 7, Data: mslemu.I32(r.g.lists)}, {Index: 8, Data: mslemu.I32(r.g.tiles)}}
+	if r.gu {
+		bufs = append(bufs, mslemu.Buffer{Index: 9, Data: r.w1.data}, mslemu.Buffer{Index: 10, Data: r.w1.data},
+			mslemu.Buffer{Index: 11, Data: r.w1.data})
+	}
+	out := runJob(t, h, &mslemu.Job{Kernel: r.kernel(), Grid: r.g.grid, Group: [3]int{128, 1, 1}, Orders: sh.orders, Buffers: bufs})
+	return out[5]
+}
+
+// check compares the output (launch's buffer) with the float64 reference
+// and the CPU's dot product, and the row padding, the rows past the
+// launched row tiles and the guard band with NaN.
+func (r *moe8Run) check(t *testing.T, out []byte) {
+	t.Helper()
+	entries := r.entries
+	got := make([]float32, entries*r.yStride+moeGuard)
 	for i := range got {
-		if gu {
-			got[i] = quant.Float16ToFloat32(binary.LittleEndian.Uint16(out[5][2*i:]))
+		if r.gu {
+			got[i] = quant.Float16ToFloat32(binary.LittleEndian.Uint16(out[2*i:]))
 		} else {
-			got[i] = quant.BF16ToFloat32(binary.LittleEndian.Uint16(out[5][2*i:]))
+			got[i] = quant.BF16ToFloat32(binary.LittleEndian.Uint16(out[2*i:]))
 		}
 	}
-	what := fmt.Sprintf("%s %s (M=%d K=%d)", kernel, sh.name, sh.M, sh.K)
-	for i, v := range got[entries*yStride:] {
+	what := fmt.Sprintf("%s %s (M=%d K=%d)", r.kernel(), r.sh.name, r.sh.M, r.sh.K)
+	for i, v := range got[entries*r.yStride:] {
 		if !math.IsNaN(float64(v)) {
 			t.Fatalf("%s wrote %g into the guard band after the last row (element %d)", what, v, i)
 		}
 	}
 	bad := 0
 	for entry := range entries {
-		e := int(ids[entry])
-		xr := entry / sh.topk
-		if !gu {
+		e := int(r.ids[entry])
+		xr := entry / r.sh.topk
+		if !r.gu {
 			xr = entry
 		}
-		x := xq[xr*xStride : xr*xStride+sh.K/256*292]
-		for m := range rowsChecked {
-			v := float64(got[entry*yStride+m])
-			gv, gt := q4kDot(w0.row(e, m), x, sh.K)
-			cpu, err := quant.VecDot(quant.Q4_K, sh.K, w0.row(e, m), x)
+		x := r.xq[xr*r.xStride : xr*r.xStride+r.sh.K/256*292]
+		for m := range r.rowsChecked {
+			v := float64(got[entry*r.yStride+m])
+			gv, gt := kDot(r.f, r.w0.row(e, m), x, r.sh.K)
+			cpu, err := quant.VecDot(r.f.typ, r.sh.K, r.w0.row(e, m), x)
 			if err != nil {
 				t.Fatal(err)
 			}
 			want, tol, cpuWant, cpuTol := gv, gt, float64(cpu), 2*gt
-			if gu {
-				uv, ut := q4kDot(w1.row(e, m), x, sh.K)
-				cu, err := quant.VecDot(quant.Q4_K, sh.K, w1.row(e, m), x)
+			if r.gu {
+				uv, ut := kDot(r.f, r.w1.row(e, m), x, r.sh.K)
+				cu, err := quant.VecDot(r.f.typ, r.sh.K, r.w1.row(e, m), x)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -293,15 +332,15 @@ func checkMoE8(t *testing.T, h *mslemu.Harness, rng *rand.Rand, gu bool, sh moe8
 				cpuTol = 2 * tol
 				// h is stored in half: one rounding to 11 significant
 				// bits (or to the subnormals' step 2^-24).
-				r := math.Ldexp(math.Abs(want)+tol, -11) + math.Ldexp(1, -25)
-				tol += r
-				cpuTol += r
+				rnd := math.Ldexp(math.Abs(want)+tol, -11) + math.Ldexp(1, -25)
+				tol += rnd
+				cpuTol += rnd
 			} else {
 				// y is stored in bf16: one rounding of the f32 sum to 8
 				// significant bits.
-				r := math.Ldexp(math.Abs(want)+tol, -8)
-				tol += r
-				cpuTol += r
+				rnd := math.Ldexp(math.Abs(want)+tol, -8)
+				tol += rnd
+				cpuTol += rnd
 			}
 			if d := math.Abs(v - want); !(d <= tol) {
 				if bad < 5 {
@@ -315,17 +354,74 @@ func checkMoE8(t *testing.T, h *mslemu.Harness, rng *rand.Rand, gu bool, sh moe8
 				bad++
 			}
 		}
-		for m := sh.M; m < yStride; m++ {
-			if v := got[entry*yStride+m]; !math.IsNaN(float64(v)) {
+		for m := r.sh.M; m < r.yStride; m++ {
+			if v := got[entry*r.yStride+m]; !math.IsNaN(float64(v)) {
 				t.Fatalf("%s wrote into the row padding (entry %d column %d: %g)", what, entry, m, v)
 			}
 		}
-		if rowsChecked < sh.M && !math.IsNaN(float64(got[entry*yStride+rowsChecked])) {
-			t.Fatalf("%s wrote row %d of entry %d, past the launched row tiles", what, rowsChecked, entry)
+		if r.rowsChecked < r.sh.M && !math.IsNaN(float64(got[entry*r.yStride+r.rowsChecked])) {
+			t.Fatalf("%s wrote row %d of entry %d, past the launched row tiles", what, r.rowsChecked, entry)
 		}
 	}
 	if bad > 0 {
-		t.Errorf("%s: %d of %d outputs off", what, bad, entries*rowsChecked)
+		t.Errorf("%s: %d of %d outputs off", what, bad, entries*r.rowsChecked)
+	}
+}
+
+// TestMoE8Pair runs a layer's int8 MoE as the host chains it (metal's
+// moeFused): moe_gu_t8_<g> writes h in half, quant_q8k_rows_h quantizes
+// every routed entry's h to q8_K rows, moe_down_t8_<d> reads them; for every
+// pairing of the formats (llama.cpp's Q4_K_M pairs q4_K gate/up with q6_K
+// down in half the layers). What passes between the kernels does not
+// depend on g or d: h is checked as moe8Case checks it, its q8_K rows
+// byte for byte against quant's quantization of the h the kernel wrote,
+// and y against the dot of the down weights with those rows.
+func TestMoE8Pair(t *testing.T) {
+	if !mslemu.Available() {
+		t.Skipf("%s not found", mslemu.Clang)
+	}
+	buildAll(t)
+	const T, E, topk, hidden, ffn = 70, 8, 2, 512, 256
+	rng := rand.New(rand.NewSource(11))
+	for _, fg := range t8Formats {
+		for _, fd := range t8Formats {
+			ids := randomIDs(rng, T, E, topk)
+			gu := newMoE8Run(t, rng, fg, true, moe8Shape{name: "pair, down " + fd.name, T: T, E: E, topk: topk, M: ffn, K: hidden,
+				table: true, orders: 1}, ids)
+			gu.xStride = hidden / 256 * 292
+			gu.xq = q8Rows(t, randF32(rng, T*hidden, 1), hidden, gu.xStride)
+			hb := gu.launch(t, harnesses[gu.kernel()])
+			gu.check(t, hb)
+
+			// quant_q8k_rows_h over the entries' h (rows of ffn halves,
+			// yStride apart: the padding is NaN, so a read of it shows).
+			entries := T * topk
+			hqStride := ffn / 256 * 292
+			qa := shaders.KargsQ8K{Rows: int32(entries), Cols: ffn, XStride: int32(gu.yStride), YStride: int32(hqStride)}
+			qo := runJob(t, harnesses["quant_q8k_rows_h"], &mslemu.Job{Kernel: "quant_q8k_rows_h",
+				Grid: [3]int{groups(entries*ffn/256, 4), 1, 1}, Group: [3]int{128, 1, 1}, Orders: 1,
+				Buffers: []mslemu.Buffer{{Index: 0, Data: shaders.Bytes(&qa)}, {Index: 1, Data: hb},
+					{Index: 2, Data: make([]byte, entries*hqStride)}}})
+			hq := qo[2]
+			hv := make([]float32, ffn)
+			want := make([]byte, hqStride)
+			for e := range entries {
+				for i := range hv {
+					hv[i] = quant.Float16ToFloat32(binary.LittleEndian.Uint16(hb[2*(e*gu.yStride+i):]))
+				}
+				if err := quant.QuantizeActivations(quant.Q8_K, want, hv); err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(hq[e*hqStride:(e+1)*hqStride], want) {
+					t.Fatalf("gate-up %s, down %s: entry %d: quant_q8k_rows_h's q8_K row of h differs from quant's", fg.name, fd.name, e)
+				}
+			}
+
+			down := newMoE8Run(t, rng, fd, false, moe8Shape{name: "pair, gate-up " + fg.name, T: T, E: E, topk: topk, M: hidden,
+				K: ffn, table: true, orders: 1}, ids)
+			down.xStride, down.xq = hqStride, hq
+			down.check(t, down.launch(t, harnesses[down.kernel()]))
+		}
 	}
 }
 
@@ -337,6 +433,8 @@ func b2i32(v bool) int32 {
 }
 
 func init() {
-	register("moe_gu_t8_q4_K", moe8Case(true))
-	register("moe_down_t8_q4_K", moe8Case(false))
+	for _, f := range t8Formats {
+		register("moe_gu_t8_"+f.name, moe8Case(f, true))
+		register("moe_down_t8_"+f.name, moe8Case(f, false))
+	}
 }

@@ -17,9 +17,9 @@ import (
 )
 
 // The int8 tensor path (tensor_q8.metal): quant_q8k_rows must write quant's
-// q8_K bytes exactly, and mul_mm_t8_q4_K must give quant.VecDot's value of
-// every output (the same integers, the same float steps in the same order:
-// the emulator does not contract them into fma).
+// q8_K bytes exactly, and mul_mm_t8_q4_K and mul_mm_t8_q6_K must give
+// quant.VecDot's value of every output (the same integers, the same float
+// steps in the same order: the emulator does not contract them into fma).
 
 const q8kBytes = 292 // bytes per q8_K block
 
@@ -154,29 +154,65 @@ func checkQuantQ8K(h *mslemu.Harness, rng *rand.Rand, kernel string, rows, cols 
 	return nil
 }
 
-// q4Kx8 holds q4_K weights and q8_K activations for mul_mm_t8_q4_K.
-type q4Kx8 struct {
+// t8Format is a weight format of the int8 tensor kernels (mul_mm_t8_<name>,
+// moe_gu_t8_<name>, moe_down_t8_<name>): every test of those kernels runs
+// its one table over each.
+type t8Format struct {
+	name  string // the kernels' suffix and the fixture's format
+	typ   quant.Type
+	block int // bytes per super-block of 256
+	// extreme sets super-block b of a row (blk, its bytes) to the integer
+	// extreme of the kernels' int32 bounds, with the float scales d (and
+	// dmin): against x codes of one sign every sub-block's sum takes the
+	// largest magnitude its scale multiplies.
+	extreme func(blk []byte, b int, d, dmin float32)
+}
+
+var t8Formats = []t8Format{
+	// q4_K: every scale and minimum 63, every code 15.
+	{name: "q4_K", typ: quant.Q4_K, block: 144, extreme: func(blk []byte, b int, d, dmin float32) {
+		binary.LittleEndian.PutUint16(blk[0:], quant.Float32ToFloat16(d))
+		binary.LittleEndian.PutUint16(blk[2:], quant.Float32ToFloat16(dmin))
+		for i := 4; i < 144; i++ {
+			blk[i] = 0xff
+		}
+	}},
+	// q6_K: even blocks every code -32 (ql, qh 0) and every scale -128,
+	// odd ones every code 31 (ql, qh 0xff) and every scale 127.
+	{name: "q6_K", typ: quant.Q6_K, block: 210, extreme: func(blk []byte, b int, d, _ float32) {
+		code, scale := byte(0), byte(0x80)
+		if b%2 == 1 {
+			code, scale = 0xff, 0x7f
+		}
+		for i := 0; i < 192; i++ {
+			blk[i] = code
+		}
+		for i := 192; i < 208; i++ {
+			blk[i] = scale
+		}
+		binary.LittleEndian.PutUint16(blk[208:], quant.Float32ToFloat16(d))
+	}},
+}
+
+// t8x holds weights of one t8Format and q8_K activations for mul_mm_t8_*.
+type t8x struct {
+	f                t8Format
 	M, N, K          int
 	w                *weights
 	xq               []byte // N rows of xStride bytes
 	xStride, yStride int
 }
 
-// newQ4Kx8 makes M x K q4_K weights from llama.cpp's blocks with row 0 at
-// the integer extreme (every scale and min 63, every code 15), and N rows of
-// activations quantized by quant, token 0 a constant row (every code -127),
-// so that row 0 x token 0 reaches the largest integer sum the kernel's
-// int32 bound allows for; the row padding of x holds random bytes.
-func newQ4Kx8(t *testing.T, rng *rand.Rand, M, N, K int) *q4Kx8 {
-	c := &q4Kx8{M: M, N: N, K: K}
-	c.w = makeWeights(t, rng, fmtByName(t, "q4_K"), M, K)
+// newT8x makes M x K weights of f from llama.cpp's blocks with row 0 at
+// the integer extreme (f.extreme), and N rows of activations quantized by
+// quant, token 0 a constant row (every code -127), so that row 0 x token 0
+// reaches the largest integer sums the kernel's int32 bound allows for; the
+// row padding of x holds random bytes.
+func newT8x(t *testing.T, rng *rand.Rand, f t8Format, M, N, K int) *t8x {
+	c := &t8x{f: f, M: M, N: N, K: K}
+	c.w = makeWeights(t, rng, fmtByName(t, f.name), M, K)
 	for b := 0; b < K/256; b++ {
-		blk := c.w.data[144*b : 144*b+144]
-		binary.LittleEndian.PutUint16(blk[0:], quant.Float32ToFloat16(0.01))
-		binary.LittleEndian.PutUint16(blk[2:], quant.Float32ToFloat16(0.02))
-		for i := 4; i < 144; i++ {
-			blk[i] = 0xff
-		}
+		f.extreme(c.w.data[f.block*b:f.block*(b+1)], b, 0.01, 0.02)
 	}
 	nb := K / 256
 	c.xStride = nb*q8kBytes + 8
@@ -195,12 +231,14 @@ func newQ4Kx8(t *testing.T, rng *rand.Rand, M, N, K int) *q4Kx8 {
 	return c
 }
 
-// run launches mul_mm_t8_q4_K over y of N+2 rows of yStride floats, all
-// NaN, and returns them.
-func (c *q4Kx8) run(t *testing.T, h *mslemu.Harness, orders int) []float32 {
+func (c *t8x) kernel() string { return "mul_mm_t8_" + c.f.name }
+
+// run launches mul_mm_t8_* over y of N+2 rows of yStride floats, all NaN,
+// and returns them.
+func (c *t8x) run(t *testing.T, h *mslemu.Harness, orders int) []float32 {
 	args := shaders.KargsMatmul{M: int32(c.M), N: int32(c.N), K: int32(c.K), XStride: int32(c.xStride), YStride: int32(c.yStride),
 		RowBytes: uint64(c.w.rowBytes)}
-	out := runJob(t, h, &mslemu.Job{Kernel: "mul_mm_t8_q4_K", Grid: [3]int{groups(c.N, 64), groups(c.M, 64), 1},
+	out := runJob(t, h, &mslemu.Job{Kernel: c.kernel(), Grid: [3]int{groups(c.N, 64), groups(c.M, 64), 1},
 		Group: [3]int{128, 1, 1}, Orders: orders,
 		Buffers: []mslemu.Buffer{{Index: 0, Data: shaders.Bytes(&args)}, {Index: 1, Data: c.w.data}, {Index: 2, Data: c.xq},
 			{Index: 3, Data: mslemu.F32(nanF32((c.N + 2) * c.yStride))}}})
@@ -210,13 +248,14 @@ func (c *q4Kx8) run(t *testing.T, h *mslemu.Harness, orders int) []float32 {
 // check compares y with quant.VecDot bit for bit (and reports the largest
 // difference in ulps), and the guard bands (row padding, the rows after N)
 // with NaN.
-func (c *q4Kx8) check(t *testing.T, got []float32) {
+func (c *t8x) check(t *testing.T, got []float32) {
 	t.Helper()
+	k := c.kernel()
 	bad, maxUlp := 0, int64(0)
 	for n := 0; n < c.N; n++ {
 		xr := c.xq[n*c.xStride:]
 		for m := 0; m < c.M; m++ {
-			want, err := quant.VecDot(quant.Q4_K, c.K, c.w.data[m*c.w.rowBytes:], xr)
+			want, err := quant.VecDot(c.f.typ, c.K, c.w.data[m*c.w.rowBytes:], xr)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -225,45 +264,49 @@ func (c *q4Kx8) check(t *testing.T, got []float32) {
 				u := int64(math.Float32bits(g)) - int64(math.Float32bits(want))
 				maxUlp = max(maxUlp, u, -u)
 				if bad < 5 {
-					t.Errorf("mul_mm_t8_q4_K %dx%dx%d: y[%d][%d] = %g, want %g (quant.VecDot)", c.M, c.N, c.K, n, m, g, want)
+					t.Errorf("%s %dx%dx%d: y[%d][%d] = %g, want %g (quant.VecDot)", k, c.M, c.N, c.K, n, m, g, want)
 				}
 				bad++
 			}
 		}
 		for m := c.M; m < c.yStride; m++ {
 			if !math.IsNaN(float64(got[n*c.yStride+m])) {
-				t.Fatalf("mul_mm_t8_q4_K %dx%dx%d wrote into the row padding of token %d", c.M, c.N, c.K, n)
+				t.Fatalf("%s %dx%dx%d wrote into the row padding of token %d", k, c.M, c.N, c.K, n)
 			}
 		}
 	}
 	for i := c.N * c.yStride; i < len(got); i++ {
 		if !math.IsNaN(float64(got[i])) {
-			t.Fatalf("mul_mm_t8_q4_K %dx%dx%d wrote past row %d", c.M, c.N, c.K, c.N)
+			t.Fatalf("%s %dx%dx%d wrote past row %d", k, c.M, c.N, c.K, c.N)
 		}
 	}
 	if bad > 0 {
-		t.Errorf("mul_mm_t8_q4_K %dx%dx%d: %d of %d outputs differ from quant.VecDot, by up to %d ulp", c.M, c.N, c.K, bad, c.M*c.N, maxUlp)
+		t.Errorf("%s %dx%dx%d: %d of %d outputs differ from quant.VecDot, by up to %d ulp", k, c.M, c.N, c.K, bad, c.M*c.N, maxUlp)
 	}
 }
 
-// mulMmT8Case checks mul_mm_t8_q4_K on odd shapes (partial row and token
+// mulMmT8Case checks mul_mm_t8_<f> on odd shapes (partial row and token
 // tiles, one token) in the race orders and on the thinker's projections
 // (hidden 2048: q 4096, kv 512, o 4096 -> 2048) in one order.
-func mulMmT8Case(t *testing.T, h *mslemu.Harness, rng *rand.Rand) {
-	for _, sh := range []struct{ M, N, K, orders int }{
-		{70, 1, 256, 0}, {70, 33, 256, 0}, {70, 130, 256, 0},
-		{70, 1, 768, 0}, {70, 33, 768, 0}, {70, 130, 768, 0},
-		{4096, 70, 2048, 1}, {512, 70, 2048, 1}, {2048, 70, 4096, 1},
-	} {
-		c := newQ4Kx8(t, rng, sh.M, sh.N, sh.K)
-		c.check(t, c.run(t, h, sh.orders))
+func mulMmT8Case(f t8Format) kernelCase {
+	return func(t *testing.T, h *mslemu.Harness, rng *rand.Rand) {
+		for _, sh := range []struct{ M, N, K, orders int }{
+			{70, 1, 256, 0}, {70, 33, 256, 0}, {70, 130, 256, 0},
+			{70, 1, 768, 0}, {70, 33, 768, 0}, {70, 130, 768, 0},
+			{4096, 70, 2048, 1}, {512, 70, 2048, 1}, {2048, 70, 4096, 1},
+		} {
+			c := newT8x(t, rng, f, sh.M, sh.N, sh.K)
+			c.check(t, c.run(t, h, sh.orders))
+		}
 	}
 }
 
 func init() {
 	register("quant_q8k_rows", quantQ8KCase("quant_q8k_rows", false))
 	register("quant_q8k_rows_h", quantQ8KCase("quant_q8k_rows_h", true))
-	register("mul_mm_t8_q4_K", mulMmT8Case)
+	for _, f := range t8Formats {
+		register("mul_mm_t8_"+f.name, mulMmT8Case(f))
+	}
 }
 
 // TestQuantQ8KCatchesMistakes: the byte comparison of quant_q8k_rows fails
@@ -348,5 +391,37 @@ func TestQ8KHalfRowsInputs(t *testing.T) {
 	d := func(b int) float32 { return math.Float32frombits(binary.LittleEndian.Uint32(q[b*q8kBytes:])) }
 	if d(0) != 0 || d(4) != 1 || math.Abs(float64(d(5))) != 1 || int8(q[4*q8kBytes+4+2]) != 2 || int8(q[4*q8kBytes+4+1]) != 2 {
 		t.Errorf("special blocks: d %g %g %g, codes of 2.5 and 1.5: %d %d", d(0), d(4), d(5), int8(q[4*q8kBytes+4+2]), int8(q[4*q8kBytes+4+1]))
+	}
+}
+
+// TestT8Extremes: the extreme blocks of t8Formats (row 0 of the int8
+// kernels' tests) against x codes of -127 reach, per super-block, within 5%
+// of the int32 bound of Σ sc·Σ q·a the kernels' headers prove (q4_K:
+// 8·63·(32·15·128); q6_K: 16·128·(16·32·128), both parities of the block),
+// so the tests exercise the largest integers the kernels must carry.
+func TestT8Extremes(t *testing.T) {
+	bounds := map[string]int64{"q4_K": 8 * 63 * 32 * 15 * 128, "q6_K": 16 * 128 * 16 * 32 * 128}
+	for _, f := range t8Formats {
+		for b := range 2 {
+			blk := make([]byte, f.block)
+			f.extreme(blk, b, 0.01, 0.02)
+			var kb quant.KBlock
+			kb.Decode(f.typ, blk)
+			var si int64
+			for g := 0; g < 16; g++ {
+				var s int64
+				for l := 0; l < 16; l++ {
+					s += int64(kb.Q[16*g+l]) * -127
+				}
+				si += int64(kb.Scale[g]) * s
+			}
+			bound := bounds[f.name]
+			if si < 0 {
+				si = -si
+			}
+			if si > bound || float64(si) < 0.95*float64(bound) {
+				t.Errorf("%s extreme block %d: |Σ sc·Σ q·a| = %d, want within 5%% below the bound %d", f.name, b, si, bound)
+			}
+		}
 	}
 }

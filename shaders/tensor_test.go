@@ -15,7 +15,7 @@ import (
 )
 
 // tensorFormats are the weight formats of the M5 path (tensor.metal).
-var tensorFormats = []string{"f16", "q8_0", "q6_K", "q5_K", "mlx4", "mlx8"}
+var tensorFormats = []string{"f16", "q8_0", "q5_K", "mlx4", "mlx8"}
 
 // Weights are staged as half: a value is within 2^-11 of itself relative,
 // or 2^-25 absolute below half's normal range (f16 weights are exact), and
