@@ -75,8 +75,10 @@ var Thinker = ModelShape{Layers: 48, Hidden: 2048, Heads: 32, KVHeads: 4, HeadDi
 	Weights: FormatQ4K, Router: FormatF32, Embed: FormatQ4K, File: "q4_k_m", Chunk: 512}
 
 // format is the storage of the matrix of role in layer (-1: outside the
-// layers): File's mixture when set, else Weights, Router or Embed.
-func (s ModelShape) format(role release.Role, layer int) (WeightFormat, error) {
+// layers) with rows of cols: File's mixture when set (with clef quantize's
+// fallback for rows its blocks do not divide), else Weights, Router or
+// Embed.
+func (s ModelShape) format(role release.Role, layer, cols int) (WeightFormat, error) {
 	if s.File == "" {
 		switch role {
 		case release.RoleRouter:
@@ -90,7 +92,7 @@ func (s ModelShape) format(role release.Role, layer int) (WeightFormat, error) {
 	if err != nil {
 		return WeightFormat{}, fmt.Errorf("bench: estimate: %w", err)
 	}
-	return formatOf(convert.TensorType(ft, role, layer, s.Layers, s.Heads/s.KVHeads))
+	return formatOf(convert.Fallback(convert.TensorType(ft, role, layer, s.Layers, s.Heads/s.KVHeads), cols))
 }
 
 // Class is what limits a kernel and which efficiency applies.
@@ -101,6 +103,7 @@ const (
 	ClassStream    Class = "stream"    // norms, RoPE, element-wise, routing, gathers
 	ClassMatVec    Class = "matvec"    // mul_mv (≤ 8 tokens)
 	ClassMatMul    Class = "matmul"    // mul_mm: dense projections
+	ClassMatMulF   Class = "matmul-f"  // mul_mm of f32 and bf16 weights: float tiles
 	ClassMoE       Class = "moe"       // mul_mm_id: gathered expert matmuls
 	ClassAttention Class = "attention" // flash attention
 	// The M5 path's matmuls on the neural accelerators: half operands
@@ -133,7 +136,7 @@ func int8Class(suffix string, moe bool) Class {
 
 // computeClasses are the classes of the prefill's matmuls and attention:
 // what PrefillPeak measures and BreakEven varies.
-var computeClasses = []Class{ClassMatMul, ClassMoE, ClassAttention, ClassMatMulT, ClassMoET, ClassMatMul8, ClassMoE8, ClassMatMul8Q6, ClassMoE8Q6}
+var computeClasses = []Class{ClassMatMul, ClassMatMulF, ClassMoE, ClassAttention, ClassMatMulT, ClassMoET, ClassMatMul8, ClassMoE8, ClassMatMul8Q6, ClassMoE8Q6}
 
 // isCompute reports whether c is one of computeClasses.
 func isCompute(c Class) bool {
@@ -211,7 +214,7 @@ func (s ModelShape) formats(layer int) (layerFormats, error) {
 	}{{&f.q, release.RoleAttnQ, s.Hidden}, {&f.k, release.RoleAttnK, s.Hidden}, {&f.v, release.RoleAttnV, s.Hidden},
 		{&f.o, release.RoleAttnOut, s.Heads * s.HeadDim}, {&f.router, release.RoleRouter, s.Hidden},
 		{&f.gate, release.RoleFFNGate, s.Hidden}, {&f.up, release.RoleFFNUp, s.Hidden}, {&f.down, release.RoleFFNDown, s.FFN}} {
-		w, err := s.format(r.role, layer)
+		w, err := s.format(r.role, layer, r.cols)
 		if err != nil {
 			return f, err
 		}
@@ -258,6 +261,9 @@ func (p *pass) add(l Launch) { p.out = append(p.out, l) }
 func (p *pass) matmul(m, n, k int, f WeightFormat) {
 	b, fl := matmulWork(m, n, k, f.rowBytes(k))
 	kernel, class := "mul_mm_"+f.Suffix, ClassMatMul
+	if f.Suffix == "f32" || f.Suffix == "bf16" {
+		class = ClassMatMulF // matmul.metal's float tiles
+	}
 	switch {
 	case n <= mvMaxTokens:
 		kernel, class = "mul_mv_"+f.Suffix, ClassMatVec
@@ -466,7 +472,7 @@ func buildPass(s ModelShape, L int, fused, tensor bool) ([]Launch, error) {
 	if s.Heads%s.KVHeads != 0 || s.TopK > s.Experts {
 		return nil, fmt.Errorf("bench: estimate: %d heads over %d kv heads, top-%d of %d experts", s.Heads, s.KVHeads, s.TopK, s.Experts)
 	}
-	embed, err := s.format(release.RoleEmbed, -1)
+	embed, err := s.format(release.RoleEmbed, -1, s.Hidden)
 	if err != nil {
 		return nil, err
 	}
@@ -587,8 +593,9 @@ var Sets = []KernelSet{
 		Eff: map[Class]Efficiency{
 			// shaders/README.md: ~40% of peak after the q4_K word loads
 			// (first pass assumed 35%).
-			ClassMatMul: {Compute: 0.40, Rate: "f32", Bandwidth: bwStream, DRAM: 1, Why: "README roofline: float tiles, dequant per K step, ~40% of peak"},
-			ClassMoE:    {Compute: 0.40, Rate: "f32", Bandwidth: bwStream, DRAM: 1, Why: "as mul_mm: one launch per projection over every tile"},
+			ClassMatMul:  {Compute: 0.40, Rate: "f32", Bandwidth: bwStream, DRAM: 1, Why: "README roofline: float tiles, dequant per K step, ~40% of peak"},
+			ClassMatMulF: floatMatMul,
+			ClassMoE:     {Compute: 0.40, Rate: "f32", Bandwidth: bwStream, DRAM: 1, Why: "as mul_mm: one launch per projection over every tile"},
 			// mul_mv is bandwidth-bound (decode-sized rows only).
 			ClassMatVec:    {Compute: 0.25, Rate: "f32", Bandwidth: 0.6, DRAM: 1, Why: "mat-vec: weight streaming at ~60% of bandwidth"},
 			ClassAttention: {Compute: 0.35, Rate: "f32", Bandwidth: bwStream, DRAM: attnDRAM, Why: "README: 8x8 rescale matmul, 16-key blocks, ~35%"},
@@ -596,6 +603,7 @@ var Sets = []KernelSet{
 		}},
 	{Name: "shader", Fused: true, Chunk: metalChunk, Why: "issue 14 items 1-3: half tiles in mul_mm/moe_*, fused gate+up with 64-token tiles, float-operand attention with exp2 and rare rescales", FallBack: "shader",
 		Eff: map[Class]Efficiency{
+			ClassMatMulF: floatMatMul,
 			// mul_mm with 64x64 half tiles, double-buffered (shaders/
 			// README.md, "mul_mm"). Per K step of 32 a simdgroup issues 64
 			// 8x8x8 multiply-accumulates (1024 cycles of its 32-lane pipe)
@@ -671,12 +679,13 @@ var Sets = []KernelSet{
 			ClassAttention: {Compute: 0.60, Rate: "f32", Bandwidth: bwStream, DRAM: attnDRAM, Why: "per 32-key block 128 MMA (2048 cycles) vs 128 fragment loads, ~260 softmax/staging ops (84% issue) x 75-80% ceiling (4 barriers/block, 3 TGs/core) x 95% tails: ~60% (60-64%)"},
 			ClassStream:    {Compute: 0.5, Rate: "f32", Bandwidth: bwStream, DRAM: 1, Why: "memory-bound: 80% of bandwidth"},
 		}},
-	{Name: "tensor", Fused: true, Chunk: metalChunk, NeedsTensor: true, FallBack: "shader", Why: "M5 neural accelerators (matmul2d): q4_K matmuls and MoE on int8 x q8_K activations, attention on int8 limbs",
+	{Name: "tensor", Fused: true, Chunk: metalChunk, NeedsTensor: true, FallBack: "shader", Why: "M5 neural accelerators (matmul2d): q4_K and q6_K matmuls and MoE on int8 x q8_K activations, attention on int8 limbs",
 		Eff: map[Class]Efficiency{
-			// The shader kernels this set keeps (the bf16 router, other
+			// The shader kernels this set keeps (the f32 router, other
 			// formats' MoE) run as in the shader set.
-			ClassMatMul: shaderMatMul,
-			ClassMoE:    shaderMoE,
+			ClassMatMul:  shaderMatMul,
+			ClassMatMulF: floatMatMul,
+			ClassMoE:     shaderMoE,
 			// The accelerators peak at ~1024 FP16 FLOP/core-cycle
 			// (Zakharko, A19) on 32x32+ fragments; the weight tile is
 			// still dequantized by the shader ALUs into threadgroup memory
@@ -750,6 +759,10 @@ var Sets = []KernelSet{
 // The shader set's matmul and MoE efficiencies (its entries give the
 // reasons), which the tensor set keeps for the kernels it does not move.
 var (
+	// f32 and bf16 weights (the router, the tiny model) keep matmul.metal's
+	// float tiles in every set: staged once per K step (stage, barrier,
+	// multiply, barrier), as all formats were before issue 14.
+	floatMatMul  = Efficiency{Compute: 0.40, Rate: "f32", Bandwidth: bwStream, DRAM: 1, Why: "float tiles (f32, bf16 weights), single-buffered as before issue 14: ~40% of the f32 rate"}
 	shaderMatMul = Efficiency{Compute: 0.64, Rate: "f16", Bandwidth: bwStream, DRAM: 1, Why: "half 64x64 tiles, double-buffered: 86% MMA issue x 80% GEMM ceiling x 93% tails, ~64% (55-70%)"}
 	shaderMoE    = Efficiency{Compute: 0.64, Rate: "f16", Bandwidth: bwStream, DRAM: 1, Why: "moe_gu/moe_down on mul_mm's 64x64 double-buffered half tiles; ~128 tokens per expert at 2048-row chunks, tiles 80% full, empty fragments skipped: 82% MMA issue x 80% GEMM ceiling x 98% tails, ~64% (59-68%; ~60% at a 1k prompt's ~64 per expert)"}
 )
@@ -856,6 +869,9 @@ func Estimate(s ModelShape, L int, c chips.Chip, set KernelSet) (PassEstimate, e
 	e := PassEstimate{Chip: c, Set: set, Tokens: L, Launches: len(launches), MLX: MLXPublished[c.Name][L]}
 	by := map[string]*KernelEstimate{}
 	for _, l := range launches {
+		if _, ok := set.Eff[l.Class]; !ok {
+			return PassEstimate{}, fmt.Errorf("bench: estimate: set %s has no efficiency for %s's class %s", set.Name, l.Kernel, l.Class)
+		}
 		t := set.Seconds(c, l)
 		k := by[l.Kernel]
 		if k == nil {
@@ -981,7 +997,7 @@ func WriteEstimate(w io.Writer, cs []chips.Chip, sets []KernelSet) error {
 					used[k.Class] = true
 				}
 			}
-			for _, cl := range []Class{ClassMatMul, ClassMatMulT, ClassMatMul8, ClassMatMul8Q6, ClassMoE, ClassMoET, ClassMoE8, ClassMoE8Q6, ClassAttention, ClassMatVec, ClassStream} {
+			for _, cl := range []Class{ClassMatMul, ClassMatMulF, ClassMatMulT, ClassMatMul8, ClassMatMul8Q6, ClassMoE, ClassMoET, ClassMoE8, ClassMoE8Q6, ClassAttention, ClassMatVec, ClassStream} {
 				if !used[cl] {
 					continue
 				}

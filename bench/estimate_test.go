@@ -58,7 +58,7 @@ func TestPassFLOPs(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				mm, _ := sumLaunches(ls, 0, ClassMatMul, ClassMatVec, ClassMoE)
+				mm, _ := sumLaunches(ls, 0, ClassMatMul, ClassMatMulF, ClassMatVec, ClassMoE)
 				at, _ := sumLaunches(ls, 0, ClassAttention)
 				if !relNear(mm, proj+experts, 1e-12) || !relNear(at, attn, 1e-12) {
 					t.Errorf("L=%d chunk %d fused %v: layer 0 %.6g matmul + %.6g attention FLOPs, want %.6g + %.6g", c.L, chunk, fused, mm, at, proj+experts, attn)
@@ -66,7 +66,7 @@ func TestPassFLOPs(t *testing.T) {
 				if !relNear(mm, c.layerMM, 0.01) || !relNear(at, c.layerAttn, 0.01) {
 					t.Errorf("L=%d: layer 0 %.4g + %.4g FLOPs, the README says %.4g + %.4g", c.L, mm, at, c.layerMM, c.layerAttn)
 				}
-				pmm, _ := sumLaunches(ls, -2, ClassMatMul, ClassMatVec, ClassMoE)
+				pmm, _ := sumLaunches(ls, -2, ClassMatMul, ClassMatMulF, ClassMatVec, ClassMoE)
 				pat, _ := sumLaunches(ls, -2, ClassAttention)
 				if !relNear(pmm, 48*(proj+experts), 1e-12) || !relNear(pmm, c.passMM, 0.02) || !relNear(pat, c.passAttn, 0.02) {
 					t.Errorf("L=%d: pass %.4g + %.4g FLOPs, want %.4g + %.4g", c.L, pmm, pat, c.passMM, c.passAttn)
@@ -252,9 +252,9 @@ func TestEstimate(t *testing.T) {
 // a known rate and a stated reason.
 func TestSets(t *testing.T) {
 	for _, s := range Sets {
-		classes := []Class{ClassStream, ClassMatVec, ClassMatMul, ClassMoE, ClassAttention}
+		classes := []Class{ClassStream, ClassMatVec, ClassMatMul, ClassMatMulF, ClassMoE, ClassAttention}
 		if s.NeedsTensor {
-			classes = append(classes, ClassMatMulT, ClassMoET, ClassMatMul8, ClassMoE8)
+			classes = append(classes, ClassMatMulT, ClassMoET, ClassMatMul8, ClassMoE8, ClassMatMul8Q6, ClassMoE8Q6)
 		}
 		for _, c := range classes {
 			e, ok := s.Eff[c]
@@ -288,6 +288,7 @@ func TestPassBadShape(t *testing.T) {
 		t.Error("0 tokens accepted")
 	}
 	bad = Thinker
+	bad.File = "" // Weights, not the mixture
 	bad.Weights = WeightFormat{"q4_K", 256, 144}
 	bad.FFN = 100
 	if _, err := Pass(bad, 16, false); err == nil {
@@ -315,5 +316,40 @@ func TestWriteEstimate(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("printout lacks %q", want)
 		}
+	}
+}
+
+// TestPassTensorClasses: on the M5 path the q4_k_m thinker's launches take
+// the efficiency class of their kernel's format (q6_K's int8 kernels their
+// own, the f32 router the float tiles'), and an estimate whose set lacks a
+// launch's class is an error, not a NaN.
+func TestPassTensorClasses(t *testing.T) {
+	ls, err := PassTensor(Thinker, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]Class{"mul_mm_t8_q4_K": ClassMatMul8, "mul_mm_t8_q6_K": ClassMatMul8Q6, "moe_gu_t8_q4_K": ClassMoE8,
+		"moe_down_t8_q4_K": ClassMoE8, "moe_down_t8_q6_K": ClassMoE8Q6, "mul_mm_f32": ClassMatMulF, "flash_attn_t_d128": ClassAttention}
+	seen := map[string]bool{}
+	for _, l := range ls {
+		if c, ok := want[l.Kernel]; ok {
+			seen[l.Kernel] = true
+			if l.Class != c {
+				t.Errorf("%s: class %s, want %s", l.Kernel, l.Class, c)
+			}
+		}
+	}
+	for k := range want {
+		if !seen[k] {
+			t.Errorf("no %s launch in the q4_k_m pass", k)
+		}
+	}
+	set, _ := SetByName("tensor")
+	c, _ := chips.ByKey("m5-max")
+	broken := set
+	broken.Eff = maps.Clone(set.Eff)
+	delete(broken.Eff, ClassMoE8Q6)
+	if _, err := Estimate(Thinker, 1024, c, broken); err == nil {
+		t.Error("an estimate without moe8-q6's efficiency did not fail")
 	}
 }

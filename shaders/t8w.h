@@ -113,19 +113,21 @@ static inline void t8_stage_xmeta(device const uchar *blk, bool live, int t, thr
 // t8_fstep is the super-block's float step of element i of one product, as
 // quant.VecDot writes it: f (float bits) += d_x·d·float(a) − d_x·dmin·
 // float(Σ_j m_j·bsum_j), then a = 0. wd holds the row's d, dmin; mb its 8
-// minimums (bytes); bs the token's 8 sums per 32. Without minimums (q6_K)
+// minimums (bytes, 4-byte aligned); bs the token's 8 sums per 32 (8-byte
+// aligned): two uchar4 and two short4 loads. Without minimums (q6_K)
 // quant's second term is d_x·0·float(0) = ±0 and p − (±0) is p or, for p =
 // −0, +0, added to a sum that is never −0 (it starts at +0 and round to
-// nearest gives −0 only for −0 + −0): f += d_x·d·float(a) is the same bits.
+// nearest gives −0 only for −0 + −0): f += d_x·d·float(a) is the same bits
+// for a finite d_x (an infinite one makes quant's term NaN, this sum ±inf).
 template <typename F, typename C>
 static inline void t8_fstep(thread C &a, thread C &f, ushort i, float dxv, threadgroup const float *wd,
                             threadgroup const uchar *mb, threadgroup const short *bs) {
   const float p = dxv * wd[0] * float(a[i]);
   if (F::MINS) {
-    int sm = 0;
-    for (int j = 0; j < 8; j++) {
-      sm += int(mb[j]) * int(bs[j]);
-    }
+    threadgroup const uchar4 *m4 = (threadgroup const uchar4 *)mb;
+    threadgroup const short4 *b4 = (threadgroup const short4 *)bs;
+    const int4 pr = int4(m4[0]) * int4(b4[0]) + int4(m4[1]) * int4(b4[1]);
+    const int sm = pr.x + pr.y + pr.z + pr.w;
     f[i] = as_type<int>(as_type<float>(f[i]) + (p - dxv * wd[1] * float(sm)));
   } else {
     f[i] = as_type<int>(as_type<float>(f[i]) + p);

@@ -388,7 +388,7 @@ kernel void moe_down_t_mlx8(TMOE_DOWN_PARAMS(ushort)) { TMOE_DOWN_CALL(fmt_mlx8,
 // for its dead rows, so every element is finite; only live (row, token)
 // elements are written, straight to the entry's row.
 //
-// Threadgroup memory (TM8_SHARED): codes 2 x 64 x 144 = 18,432 B, rows and
+// Threadgroup memory (TM8_CALL): codes 2 x 64 x 144 = 18,432 B, rows and
 // outs 512 B, d (and dmin) 512 B, d_x 256 B; q4_K: scales and minimums 2 x
 // 512 B, sums 1 KiB: 21,760 B; q6_K: scales 1 KiB: 20,742 B (4 B of unused
 // minimums and 2 of sums). Two barriers per K step of 128 (one per 4
@@ -576,10 +576,11 @@ static inline void moe_t8_impl(constant kargs_matmul &args, device const uchar *
   threadgroup uint wsc[TM8_ROWS * F::NSUB / 4];                                                         \
   threadgroup uint wm[F::MINS ? 2 * TM8_ROWS : 1];                                                      \
   threadgroup float xd[TMOE_BN];                                                                        \
-  threadgroup short xbs[F::MINS ? 8 * TMOE_BN : 1];                                                     \
+  threadgroup short4 xbs[F::MINS ? 2 * TMOE_BN : 1];                                                    \
   threadgroup int rows[TMOE_BN];                                                                        \
   threadgroup int outs[TMOE_BN];                                                                        \
-  moe_t8_impl<F, GU, Y>(args, W0, W1, x, OUT, counts, lists, tiles, sw, sx, wd, wsc, wm, xd, xbs, rows, outs, tgpig, tiitg)
+  moe_t8_impl<F, GU, Y>(args, W0, W1, x, OUT, counts, lists, tiles, sw, sx, wd, wsc, wm, xd, (threadgroup short *)xbs, rows, outs, \
+                        tgpig, tiitg)
 
 kernel void moe_gu_t8_q4_K(TM8_GU_PARAMS) { TM8_CALL(t8w_q4_K, true, half, gw, uw, h); }
 kernel void moe_down_t8_q4_K(TM8_DOWN_PARAMS) { TM8_CALL(t8w_q4_K, false, ushort, w, w, y); }

@@ -193,7 +193,7 @@ kernel void quant_q8k_rows_h(constant kargs_q8k &args [[buffer(0)]], device cons
 #define T8_BN 64 // tokens per threadgroup
 
 // mul_mm_t8_impl is mul_mm_t8_<F> (the file's header): the threadgroup
-// arrays are the entry's (T8_MM_SHARED).
+// arrays are the entry's (T8_MM_CALL).
 template <typename F>
 static inline void mul_mm_t8_impl(constant kargs_matmul &args, device const uchar *w, device const uchar *xq, device float *y,
                                   threadgroup int8_t *sw, threadgroup float *wd, threadgroup uint *wsc, threadgroup uint *wm,
@@ -288,8 +288,8 @@ static inline void mul_mm_t8_impl(constant kargs_matmul &args, device const ucha
   threadgroup uint wsc[T8_BM * F::NSUB / 4];           /* scales per row (bytes) */                      \
   threadgroup uint wm[F::MINS ? 2 * T8_BM : 1];        /* 8 minimums per row (bytes) */                  \
   threadgroup float xd[T8_BN];                         /* d per token */                                 \
-  threadgroup short xbs[F::MINS ? 8 * T8_BN : 1];      /* 8 code sums per 32 per token */                \
-  mul_mm_t8_impl<F>(args, w, xq, y, (threadgroup int8_t *)sq, wd, wsc, wm, xd, xbs, tgpig, tiitg)
+  threadgroup short4 xbs[F::MINS ? 2 * T8_BN : 1];     /* 8 code sums per 32 per token */                \
+  mul_mm_t8_impl<F>(args, w, xq, y, (threadgroup int8_t *)sq, wd, wsc, wm, xd, (threadgroup short *)xbs, tgpig, tiitg)
 
 kernel void mul_mm_t8_q4_K(T8_MM_PARAMS) { T8_MM_CALL(t8w_q4_K); }
 kernel void mul_mm_t8_q6_K(T8_MM_PARAMS) { T8_MM_CALL(t8w_q6_K); }

@@ -167,7 +167,8 @@ func TestTensorLibrary(t *testing.T) {
 			t.Errorf("TensorLibrary() lacks mul_mm_t_%s", f)
 		}
 	}
-	for _, k := range []string{"mul_mm_t8_q4_K", "quant_q8k_rows", "quant_q8k_rows_h"} {
+	for _, k := range []string{"mul_mm_t8_q4_K", "mul_mm_t8_q6_K", "moe_gu_t8_q4_K", "moe_down_t8_q4_K", "moe_gu_t8_q6_K", "moe_down_t8_q6_K",
+		"quant_q8k_rows", "quant_q8k_rows_h"} {
 		if !strings.Contains(tl, "kernel void "+k+"(") {
 			t.Errorf("TensorLibrary() lacks %s", k)
 		}
