@@ -399,7 +399,8 @@ func probeMatroska(data []byte) (Container, error) {
 }
 
 // infoDuration reads Segment/Info's Duration (a float in TimecodeScale
-// units) in seconds; 0 when absent or not a finite, non-negative number.
+// units) in seconds; 0 when absent or not a finite, non-negative number,
+// in its units or in seconds (a huge Duration times the scale overflows).
 func infoDuration(data []byte, info element) (float64, error) {
 	scale := uint64(defaultTimescale)
 	dur := -1.0
@@ -443,7 +444,10 @@ func infoDuration(data []byte, info element) (float64, error) {
 	if dur < 0 || math.IsNaN(dur) || math.IsInf(dur, 0) {
 		return 0, nil
 	}
-	return dur * float64(scale) / 1e9, nil
+	if sec := dur * float64(scale) / 1e9; !math.IsInf(sec, 0) {
+		return sec, nil
+	}
+	return 0, nil
 }
 
 // ---- everything else ----

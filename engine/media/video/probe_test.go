@@ -118,6 +118,8 @@ func TestProbe(t *testing.T) {
 		{"webm live (unknown sizes, no duration)", cat(ebmlHeader("webm"), ebml(idSegment, true, info(ebml(0x4D80, false, []byte("x"))), ebml(idCluster, true, make([]byte, 20)))), Container{"webm", 0, false}, ""},
 		{"webm default timecode scale", cat(ebmlHeader("webm"), ebml(idSegment, false, info(ebml(idDuration, false, f64(61000))))), Container{"webm", 61, false}, ""},
 		{"webm NaN duration", cat(ebmlHeader("webm"), ebml(idSegment, false, info(ebml(idDuration, false, f64(math.NaN()))))), Container{"webm", 0, false}, ""},
+		// Finite in TimecodeScale units, infinite in seconds (found by FuzzProbe).
+		{"webm duration overflowing in seconds", cat(ebmlHeader("webm"), ebml(idSegment, false, info(ebml(idDuration, false, f64(1e303))))), Container{"webm", 0, false}, ""},
 		{"webm cut in the middle", cat(ebmlHeader("webm"), ebml(idSegment, false, info(ebml(idDuration, false, f64(1000))), cluster))[:70], Container{}, "truncated"},
 		{"webm no segment", ebmlHeader("webm"), Container{}, "no Segment"},
 		{"webm bad duration size", cat(ebmlHeader("webm"), ebml(idSegment, false, info(ebml(idDuration, false, []byte{1, 2, 3})))), Container{}, "Duration is 3 bytes"},
