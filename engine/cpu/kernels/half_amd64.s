@@ -31,15 +31,6 @@
 	VCVTPH2PS (reg)(AX*1), Y1 \
 	VFMADD231PS Y1, Y0, acc
 
-// HSUM14 is HSUM with X14 as scratch.
-#define HSUM14(acc, xacc) \
-	VEXTRACTF128 $1, acc, X14 \
-	VADDPS X14, xacc, xacc \
-	VMOVHLPS xacc, X14, X14 \
-	VADDPS X14, xacc, xacc \
-	VMOVSHDUP xacc, X14 \
-	VADDSS X14, xacc, xacc
-
 // Two weight rows × four activation rows: the widened weights are used
 // four times, the activations twice, all from registers.
 
@@ -83,22 +74,8 @@
 	ADDQ $32, R13
 
 #define STORE8 \
-	HSUM14(Y0, X0) \
-	HSUM14(Y1, X1) \
-	HSUM14(Y2, X2) \
-	HSUM14(Y3, X3) \
-	VMOVSS X0, 0(DX) \
-	VMOVSS X1, 4(DX) \
-	VMOVSS X2, 8(DX) \
-	VMOVSS X3, 12(DX) \
-	HSUM14(Y4, X4) \
-	HSUM14(Y5, X5) \
-	HSUM14(Y6, X6) \
-	HSUM14(Y7, X7) \
-	VMOVSS X4, 16(DX) \
-	VMOVSS X5, 20(DX) \
-	VMOVSS X6, 24(DX) \
-	VMOVSS X7, 28(DX) \
+	SUM4(Y0, Y1, Y2, Y3, X0, X1, X2, X3, 0, X14) \
+	SUM4(Y4, Y5, Y6, Y7, X4, X5, X6, X7, 16, X14) \
 	VZEROUPPER
 
 // func dotBF16x4AVX2(w *byte, stride int, x *float32, n8 int, r *[4]float32)

@@ -138,14 +138,6 @@ loop4x1:
 	VPERMILPS $sel, s, Y12 \
 	VFMADD231PS Y12, Y10, acc
 
-#define HSUM13(acc, xacc) \
-	VEXTRACTF128 $1, acc, X13 \
-	VADDPS X13, xacc, xacc \
-	VMOVHLPS xacc, X13, X13 \
-	VADDPS X13, xacc, xacc \
-	VMOVSHDUP xacc, X13 \
-	VADDSS X13, xacc, xacc
-
 // func dotQ8_0x2x4AVX2(w *byte, stride int, wd *float32, x *byte, xstride int, xd *float32, nb, np, nq int, out *float32, ldo int)
 // np pairs of q8_0 weight rows (np·2 rows, stride bytes apart, block
 // scales as float32 in wd, nb per row) against nq quads of q8_0
@@ -223,14 +215,14 @@ loop2x4:
 	JNE loop2x4
 
 	MOVQ 32(SP), DX
-	HSUM13(Y0, X0)
-	HSUM13(Y1, X1)
-	HSUM13(Y2, X2)
-	HSUM13(Y3, X3)
-	HSUM13(Y4, X4)
-	HSUM13(Y5, X5)
-	HSUM13(Y6, X6)
-	HSUM13(Y7, X7)
+	HSUM(Y0, X0, X13)
+	HSUM(Y1, X1, X13)
+	HSUM(Y2, X2, X13)
+	HSUM(Y3, X3, X13)
+	HSUM(Y4, X4, X13)
+	HSUM(Y5, X5, X13)
+	HSUM(Y6, X6, X13)
+	HSUM(Y7, X7, X13)
 	Q8STORE2X4
 	VZEROUPPER
 	RET

@@ -2,24 +2,29 @@
 // (dotf32_amd64.s, half_amd64.s, q8_0_amd64.s).
 
 // HSUM reduces the eight floats of acc to the low float of xacc (acc's
-// low half; X2 is clobbered).
-#define HSUM(acc, xacc) \
-	VEXTRACTF128 $1, acc, X2 \
-	VADDPS X2, xacc, xacc \
-	VMOVHLPS xacc, X2, X2 \
-	VADDPS X2, xacc, xacc \
-	VMOVSHDUP xacc, X2 \
-	VADDSS X2, xacc, xacc
+// low half); the X register tmp is clobbered.
+#define HSUM(acc, xacc, tmp) \
+	VEXTRACTF128 $1, acc, tmp \
+	VADDPS tmp, xacc, xacc \
+	VMOVHLPS xacc, tmp, tmp \
+	VADDPS tmp, xacc, xacc \
+	VMOVSHDUP xacc, tmp \
+	VADDSS tmp, xacc, xacc
+
+// SUM4 stores the sums of the accumulators y0..y3 (low halves x0..x3) as
+// four floats at off(DX); tmp is clobbered.
+#define SUM4(y0, y1, y2, y3, x0, x1, x2, x3, off, tmp) \
+	HSUM(y0, x0, tmp) \
+	HSUM(y1, x1, tmp) \
+	HSUM(y2, x2, tmp) \
+	HSUM(y3, x3, tmp) \
+	VMOVSS x0, off(DX) \
+	VMOVSS x1, off+4(DX) \
+	VMOVSS x2, off+8(DX) \
+	VMOVSS x3, off+12(DX)
 
 // STORE4 stores the sums of the four rows' accumulators Y8..Y11 as four
 // floats at DX.
 #define STORE4 \
-	HSUM(Y8, X8) \
-	HSUM(Y9, X9) \
-	HSUM(Y10, X10) \
-	HSUM(Y11, X11) \
-	VMOVSS X8, 0(DX) \
-	VMOVSS X9, 4(DX) \
-	VMOVSS X10, 8(DX) \
-	VMOVSS X11, 12(DX) \
+	SUM4(Y8, Y9, Y10, Y11, X8, X9, X10, X11, 0, X2) \
 	VZEROUPPER
